@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print figures; never part of the test pass/fail."""

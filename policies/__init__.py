@@ -1,0 +1,1 @@
+"""Routing policies: pure functions from (request context, state snapshot) to a Decision."""

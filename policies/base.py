@@ -1,0 +1,51 @@
+"""The policy seam.
+
+A policy is `decide(context, snapshot, candidates) -> Decision`: pure, no I/O, no clock (the
+time is `snapshot.now`), no globals. `candidates` are the model's endpoints in configured
+order (dedicated first, then serverless in preference order). The Decision's `targets` are
+the endpoints to try, best first; it is never empty when `candidates` is not. `reason` is a
+stable code that reaches the response header, the log line and the metrics.
+
+Admission is not a policy's job: a dedicated target in the list is only a wish, the
+dispatcher acquires its slot atomically and spills to the next target (`saturated`) when
+the pool is full.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from router.config import Endpoint, ModelConfig
+from router.state.base import Snapshot
+
+
+class Reason(StrEnum):
+    BASELINE = "baseline"  # dedicated had room
+    SATURATED = "saturated"  # dedicated was full, spilled
+    SLO_BREACH = "slo_breach"
+    CANARY_OUT = "canary_out"
+    CIRCUIT_OPEN = "circuit_open"
+    FAILOVER = "failover"  # an earlier target failed before the first byte
+    SERVERLESS_ONLY = "serverless_only"  # the model has no dedicated endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    model: str
+    config: ModelConfig
+    stream: bool
+    stickiness_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    targets: tuple[Endpoint, ...]
+    reason: Reason
+
+
+class Policy(Protocol):
+    def decide(
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
+    ) -> Decision: ...

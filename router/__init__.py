@@ -1,0 +1,1 @@
+"""tidegate: an OpenAI-compatible LLM gateway (dedicated baseline, serverless spill)."""

@@ -1,0 +1,144 @@
+"""The OpenAI-compatible routes and health checks. Thin: read, hand to dispatch, shape.
+
+The proxied routes are plain Starlette endpoints (no FastAPI dependency solving on the hot
+path); the body is read once, with the configured size limit enforced while reading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+
+import anyio
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from router.config import GatewayConfig
+from router.dispatch import Dispatcher, Reply
+from router.errors import InvalidRequest, PayloadTooLarge, Unauthorized
+from router.state.base import StateStore
+
+PROXIED_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses")
+_JSON = "application/json"
+
+
+class RelayResponse(StreamingResponse):
+    """A stream whose cleanup runs however the response ends: finished, failed, client gone
+    (Starlette cancels the body on disconnect), or never started. Cleanup is shielded from
+    that cancellation so a slot is always released."""
+
+    def __init__(self, reply: Reply) -> None:
+        assert reply.stream is not None
+        super().__init__(
+            reply.stream, status_code=reply.status, headers=reply.headers, media_type="text/event-stream"
+        )
+        self._on_close = reply.on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self._on_close is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._on_close()
+
+
+class ApiKeys:
+    """Client API keys, kept as SHA-256 digests and compared in constant time."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self._digests = tuple(hashlib.sha256(k.encode()).digest() for k in keys)
+
+    def check(self, request: Request) -> None:
+        if not self._digests:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthorized("You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'.")
+        digest = hashlib.sha256(token.strip().encode()).digest()
+        if not any(hmac.compare_digest(digest, known) for known in self._digests):
+            raise Unauthorized("Incorrect API key provided.")
+
+
+def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, max_body: int) -> Route:
+    async def endpoint(request: Request) -> Response:
+        received_at = time.monotonic()
+        keys.check(request)
+        body = await read_body(request, max_body)
+        reply = await dispatcher.dispatch(path, body, request.scope["headers"], received_at)
+        if reply.stream is not None:
+            return RelayResponse(reply)
+        return Response(
+            reply.body,
+            status_code=reply.status,
+            headers=reply.headers,
+            media_type=reply.headers.get("content-type", _JSON),
+        )
+
+    return Route("/v1" + path, endpoint, methods=["POST"])
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing more than `limit` bytes before reading them all."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise InvalidRequest("invalid Content-Length header")
+        if int(declared) > limit:
+            raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect as exc:
+        raise InvalidRequest("the client closed the connection while sending the body") from exc
+    return b"".join(chunks)
+
+
+def models_route(config: GatewayConfig) -> Route:
+    created = int(time.time())
+    listing = orjson.dumps(
+        {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": created, "owned_by": "tidegate"}
+                for name in config.models
+            ],
+        }
+    )
+
+    async def endpoint(request: Request) -> Response:
+        return Response(listing, media_type=_JSON)
+
+    return Route("/v1/models", endpoint, methods=["GET"])
+
+
+def health_routes(store: StateStore) -> list[Route]:
+    async def healthz(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type=_JSON)
+
+    async def readyz(request: Request) -> Response:
+        ok = await _ping(store)
+        body = {
+            "status": "ready" if ok else "unavailable",
+            "state_store": store.name,
+            "state_store_reachable": ok,
+        }
+        return Response(orjson.dumps(body), status_code=200 if ok else 503, media_type=_JSON)
+
+    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+
+
+async def _ping(store: StateStore) -> bool:
+    with anyio.move_on_after(2.0):
+        return await store.ping()
+    return False

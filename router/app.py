@@ -1,0 +1,110 @@
+"""`create_app(config, *, store, transport)`: the gateway as an ASGI app.
+
+Dependencies are passed in (the store, the upstream transport, the recorder), so tests and
+benchmarks build the same app with real or alternative parts. The lifespan closes what the
+app opened: the upstream connection pools and the state store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from policies import registry
+from policies.base import Policy
+from router import api
+from router.config import ConfigError, GatewayConfig
+from router.dispatch import Dispatcher
+from router.errors import GatewayError, MethodNotAllowed, RouteNotFound, error_body
+from router.records import Recorder
+from router.state.base import StateStore
+from router.state.memory import MemoryStore
+from router.upstream import TransportFactory, Upstream, aiohttp_transport
+
+log = logging.getLogger("tidegate")
+
+
+def build_policies(config: GatewayConfig) -> Mapping[str, Policy]:
+    """One policy per model, by the name its config gives; unknown names are config errors."""
+    policies: dict[str, Policy] = {}
+    problems = []
+    for name, model in config.models.items():
+        try:
+            policies[name] = registry.build(model.policy)
+        except KeyError as exc:
+            problems.append(f"models.{name}.policy: {exc.args[0]}")
+    if problems:
+        raise ConfigError(problems)
+    return policies
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    store: StateStore | None = None,
+    transport: TransportFactory = aiohttp_transport,
+    recorder: Recorder | None = None,
+) -> FastAPI:
+    store = store or MemoryStore()
+    endpoints = [e for model in config.models.values() for e in model.endpoints]
+    upstream = Upstream(endpoints, transport)
+    recorder = recorder or Recorder()
+    dispatcher = Dispatcher(config, store, upstream, recorder, build_policies(config))
+    keys = api.ApiKeys(config.auth.api_keys)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await upstream.aclose()
+            await store.close()
+
+    app = FastAPI(title="tidegate", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.recorder = recorder
+    app.state.store = store
+    for path in api.PROXIED_PATHS:
+        app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits.max_body_bytes))
+    app.router.routes.append(api.models_route(config))
+    app.router.routes.extend(api.health_routes(store))
+    _install_error_handlers(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def gateway_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, GatewayError)
+        return Response(exc.body(), status_code=exc.status_code, media_type="application/json")
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        error: GatewayError
+        if exc.status_code == 405:
+            error = MethodNotAllowed(f"Method {request.method} is not allowed on {request.url.path}")
+        elif exc.status_code == 404:
+            error = RouteNotFound(f"Unknown request URL: {request.method} {request.url.path}")
+        else:
+            return Response(
+                error_body(str(exc.detail), "invalid_request_error", None, None),
+                status_code=exc.status_code,
+                media_type="application/json",
+            )
+        return await gateway_error(request, error)
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return Response(
+            error_body("The gateway hit an internal error.", "api_error", None, None),
+            status_code=500,
+            media_type="application/json",
+        )
+
+    app.add_exception_handler(GatewayError, gateway_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)

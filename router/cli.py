@@ -1,0 +1,244 @@
+"""`tidegate serve | demo | sim | check-config`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from router.app import build_policies, create_app
+from router.config import ConfigError, GatewayConfig, load_config, parse_config
+from router.serving import Served, bind, configure_logging, run
+from router.sim.app import create_sim_app
+from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
+from router.state.base import StateStore
+from router.state.memory import MemoryStore
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    code: int = args.run(args)
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tidegate", description=__doc__)
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the gateway for a config file")
+    serve.add_argument("--config", required=True, type=Path, help="path to tidegate.yaml")
+    serve.add_argument("--host", help="override listen.host")
+    serve.add_argument("--port", type=int, help="override listen.port")
+    serve.set_defaults(run=_serve)
+
+    demo = commands.add_parser("demo", help="gateway + simulated dedicated and serverless upstreams")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000, help="gateway port (0: any free port)")
+    demo.set_defaults(run=_demo)
+
+    check = commands.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("file", type=Path)
+    check.set_defaults(run=_check_config)
+
+    _add_sim_parser(commands)
+    return parser
+
+
+def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = SimProfile()
+    f = Faults()
+    sim = commands.add_parser(
+        "sim",
+        help="run one simulated OpenAI-compatible upstream",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sim.add_argument("--profile", choices=[k.value for k in Kind], default="dedicated")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=9000)
+    sim.add_argument("--name", default="sim", help="model id the simulator reports")
+    sim.add_argument("--time-scale", type=float, default=d.time_scale, help="run X times faster")
+    sim.add_argument("--seed", type=int, default=None)
+    sim.add_argument("--default-output-tokens", type=int, default=d.default_output_tokens)
+    sim.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=d.max_concurrency,
+        help="dedicated: sequences served at once; the rest queue FIFO",
+    )
+    sim.add_argument("--prefill-tokens-per-s", type=float, default=d.prefill_tokens_per_s)
+    sim.add_argument(
+        "--itl-ms",
+        type=float,
+        default=d.itl_s * 1000,
+        help="dedicated: inter-token latency of a sequence in a small batch",
+    )
+    sim.add_argument(
+        "--decode-tokens-per-s",
+        type=float,
+        default=d.decode_tokens_per_s,
+        help="dedicated: aggregate decode rate shared by the batch",
+    )
+    sim.add_argument(
+        "--preset",
+        choices=sorted(SERVERLESS_PRESETS),
+        default="deepseek-a",
+        help="serverless: TTFT distribution from the field notes",
+    )
+    sim.add_argument("--serverless-itl-ms", type=float, default=d.serverless_itl_s * 1000)
+    sim.add_argument(
+        "--idle-to-cold-s",
+        type=float,
+        default=d.idle_to_cold_s,
+        help="serverless: cold start after this idle gap (0: never)",
+    )
+    sim.add_argument("--error-rate", type=float, default=f.error_rate, help="share answered 500/503")
+    sim.add_argument(
+        "--rate-limit-rate", type=float, default=f.rate_limit_rate, help="share answered 429 with Retry-After"
+    )
+    sim.add_argument("--retry-after-s", type=float, default=f.retry_after_s)
+    sim.add_argument(
+        "--stall-rate",
+        type=float,
+        default=f.stall_rate,
+        help="share that stall --stall-s before the first byte",
+    )
+    sim.add_argument("--stall-s", type=float, default=f.stall_s)
+    sim.add_argument(
+        "--cut-rate", type=float, default=f.cut_rate, help="share of streams whose connection drops halfway"
+    )
+    sim.set_defaults(run=_sim)
+
+
+def _sim(args: argparse.Namespace) -> int:
+    profile = SimProfile(
+        kind=Kind(args.profile),
+        name=args.name,
+        time_scale=args.time_scale,
+        seed=args.seed,
+        default_output_tokens=args.default_output_tokens,
+        max_concurrency=args.max_concurrency,
+        prefill_tokens_per_s=args.prefill_tokens_per_s,
+        itl_s=args.itl_ms / 1000,
+        decode_tokens_per_s=args.decode_tokens_per_s,
+        ttft=SERVERLESS_PRESETS[args.preset],
+        serverless_itl_s=args.serverless_itl_ms / 1000,
+        idle_to_cold_s=args.idle_to_cold_s,
+        faults=Faults(
+            args.error_rate,
+            args.rate_limit_rate,
+            args.retry_after_s,
+            args.stall_rate,
+            args.stall_s,
+            args.cut_rate,
+        ),
+    )
+    sock = bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    print(f"tidegate sim ({profile.kind}) listening on http://{host}:{port}/v1", flush=True)
+    run(Served(create_sim_app(profile), sock))
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.file)
+        build_policies(config)
+    except ConfigError as exc:
+        print(f"{args.file}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    for name, model in config.models.items():
+        routes = ", ".join(f"{e.name} ({e.kind})" for e in model.endpoints)
+        print(f"model {name}: policy {model.policy}, canary {model.canary_percent:g}%, {routes}")
+    print(f"{args.file}: OK")
+    return 0
+
+
+def _store_for(config: GatewayConfig) -> StateStore:
+    if config.state.redis_url:
+        raise ConfigError(
+            [
+                "state.redis_url: the Redis store is not available in this build; "
+                "leave it empty for the embedded store"
+            ]
+        )
+    return MemoryStore()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        app = create_app(config, store=_store_for(config))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    sock = bind(args.host or config.listen.host, args.port if args.port is not None else config.listen.port)
+    host, port = sock.getsockname()[:2]
+    print(
+        f"tidegate listening on http://{host}:{port}/v1 ({len(config.models)} model(s), store: memory)",
+        flush=True,
+    )
+    run(Served(app, sock))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    sims = {
+        "DEMO_DEDICATED_URL": SimProfile(kind=Kind.DEDICATED, name="sim-dedicated", max_concurrency=4),
+        "DEMO_SERVERLESS_A_URL": SimProfile(
+            kind=Kind.SERVERLESS, name="sim-provider-a", ttft=SERVERLESS_PRESETS["deepseek-a"]
+        ),
+        "DEMO_SERVERLESS_B_URL": SimProfile(
+            kind=Kind.SERVERLESS, name="sim-provider-b", ttft=SERVERLESS_PRESETS["kimi-b"]
+        ),
+    }
+    env = dict(os.environ)
+    companions = []
+    for var, profile in sims.items():
+        sock = bind("127.0.0.1", 0)
+        env[var] = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        companions.append(Served(create_sim_app(profile), sock))
+    text = resources.files("router").joinpath("examples/demo.yaml").read_text(encoding="utf-8")
+    config = parse_config(text, env)
+    sock = bind(args.host, args.port)
+    url = f"http://{args.host}:{sock.getsockname()[1]}/v1"
+    print(
+        _DEMO_BANNER.format(
+            url=url,
+            ded=env["DEMO_DEDICATED_URL"],
+            a=env["DEMO_SERVERLESS_A_URL"],
+            b=env["DEMO_SERVERLESS_B_URL"],
+        ),
+        flush=True,
+    )
+    run(Served(create_app(config), sock), companions)
+    return 0
+
+
+_DEMO_BANNER = """\
+tidegate demo: gateway on {url} (embedded in-memory state store)
+  model demo-model -> dedicated sim-dedicated {ded} (4 concurrent sequences)
+                   -> spill to serverless sim-provider-a {a}, then sim-provider-b {b}
+
+Point any OpenAI client at it:
+
+    from openai import OpenAI
+    client = OpenAI(base_url="{url}", api_key="unused")
+    reply = client.chat.completions.create(
+        model="demo-model", messages=[{{"role": "user", "content": "Hello"}}])
+    print(reply.choices[0].message.content)
+
+Response headers x-tidegate-route / -kind / -reason say where each request went.
+One JSON line per request is logged below. Ctrl-C stops everything.
+"""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

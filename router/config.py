@@ -1,0 +1,228 @@
+"""Typed, frozen gateway configuration loaded from YAML plus the environment.
+
+The file format is the canonical example in DESIGN.md (see `examples/tidegate.yaml`).
+Strings may reference the environment: `${VAR}` (an error at load time if unset) and
+`${VAR:-default}` (falls back to `default`). Validation happens once, at start, and every
+problem is reported with its key path (`models.m.dedicated[0].max_concurrency`), what was
+expected and what was found, so `tidegate check-config` can print them all at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; `problems` lists each one as `path: message`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
+        self.problems = problems
+
+
+class EndpointKind(StrEnum):
+    DEDICATED = "dedicated"
+    SERVERLESS = "serverless"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ListenConfig(_Frozen):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+
+
+class StateConfig(_Frozen):
+    redis_url: str = ""  # empty: the embedded in-memory store (one process only)
+
+
+class AuthConfig(_Frozen):
+    api_keys: tuple[str, ...] = ()  # empty strings are dropped; none left: no client auth
+    admin_key: str = ""
+
+    @field_validator("api_keys")
+    @classmethod
+    def _drop_empty(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(k for k in keys if k)
+
+
+class LimitsConfig(_Frozen):
+    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
+
+
+class TimeoutsConfig(_Frozen):
+    """Per-endpoint timeouts in seconds."""
+
+    connect_s: Annotated[float, Field(gt=0)] = 5.0
+    ttft_s: Annotated[float, Field(gt=0)] = 60.0  # request sent -> first byte from upstream
+    idle_s: Annotated[float, Field(gt=0)] = 60.0  # longest gap between two chunks
+    total_s: Annotated[float, Field(gt=0)] = 600.0
+
+
+class EndpointConfig(_Frozen):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")]
+    base_url: Annotated[str, Field(pattern=r"^https?://")]
+    model: Annotated[str, Field(min_length=1)]  # the upstream's id for this model
+    api_key: str = ""
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+
+
+class DedicatedEndpoint(EndpointConfig):
+    max_concurrency: Annotated[int, Field(gt=0)]  # global across all replicas
+    gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0
+    gpus: Annotated[int, Field(gt=0)] = 1
+
+    @property
+    def kind(self) -> EndpointKind:
+        return EndpointKind.DEDICATED
+
+
+class ServerlessEndpoint(EndpointConfig):
+    usd_per_mtok_in: Annotated[float, Field(ge=0)] = 0.0
+    usd_per_mtok_out: Annotated[float, Field(ge=0)] = 0.0
+
+    @property
+    def kind(self) -> EndpointKind:
+        return EndpointKind.SERVERLESS
+
+
+Endpoint = DedicatedEndpoint | ServerlessEndpoint
+
+
+class SloConfig(_Frozen):
+    ttft_p95_ms: Annotated[float, Field(gt=0)] | None = None
+
+
+class RetryConfig(_Frozen):
+    attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    backoff_ms: Annotated[float, Field(ge=0)] = 100.0
+    budget_percent: Annotated[float, Field(ge=0, le=100)] = 20.0
+
+
+class ModelConfig(_Frozen):
+    policy: str = "dedicated_first"  # a name from policies.registry
+    canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
+    slo: SloConfig = SloConfig()
+    retry: RetryConfig = RetryConfig()
+    dedicated: tuple[DedicatedEndpoint, ...] = ()
+    serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return (*self.dedicated, *self.serverless)
+
+
+class GatewayConfig(_Frozen):
+    listen: ListenConfig = ListenConfig()
+    state: StateConfig = StateConfig()
+    auth: AuthConfig = AuthConfig()
+    limits: LimitsConfig = LimitsConfig()
+    models: Mapping[str, ModelConfig]
+
+    @field_validator("models")
+    @classmethod
+    def _at_least_one(cls, models: Mapping[str, ModelConfig]) -> Mapping[str, ModelConfig]:
+        if not models:
+            raise ValueError("at least one model must be configured")
+        return models
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read, substitute and validate a config file; raise ConfigError with every problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from exc
+    return parse_config(text, env if env is not None else os.environ)
+
+
+def parse_config(text: str, env: Mapping[str, str]) -> GatewayConfig:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML: {exc}"]) from exc
+    if not isinstance(raw, dict):
+        raise ConfigError([f"top level: expected a mapping, found {type(raw).__name__}"])
+    problems: list[str] = []
+    resolved = _substitute(raw, env, "", problems)
+    if problems:
+        raise ConfigError(problems)
+    try:
+        config = GatewayConfig.model_validate(resolved)
+    except ValidationError as exc:
+        raise ConfigError([_describe(err) for err in exc.errors()]) from exc
+    _check_endpoints(config)
+    return config
+
+
+def _substitute(node: Any, env: Mapping[str, str], path: str, problems: list[str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _substitute(v, env, _join(path, str(k)), problems) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_substitute(v, env, f"{path}[{i}]", problems) for i, v in enumerate(node)]
+    if isinstance(node, str):
+        return _ENV_REF.sub(lambda m: _lookup(m, env, path, problems), node)
+    return node
+
+
+def _lookup(match: re.Match[str], env: Mapping[str, str], path: str, problems: list[str]) -> str:
+    name, default = match.group(1), match.group(2)
+    if name in env:
+        return env[name]
+    if default is not None:
+        return default
+    problems.append(f"{path}: environment variable {name} is not set (use ${{{name}:-}} for a default)")
+    return ""
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _describe(err: Any) -> str:
+    path = ""
+    for part in err["loc"]:
+        path = f"{path}[{part}]" if isinstance(part, int) else _join(path, str(part))
+    found = err.get("input")
+    if err["type"] == "missing":
+        shown = "nothing"
+    elif isinstance(found, dict):
+        shown = "an empty mapping" if not found else "a mapping"
+    else:
+        shown = repr(found)
+    return f"{path or 'top level'}: {err['msg']} (found {shown})"
+
+
+def _check_endpoints(config: GatewayConfig) -> None:
+    """Endpoint names are unique in a model; a dedicated name shared by models is one pool."""
+    problems: list[str] = []
+    pools: dict[str, tuple[str, int]] = {}
+    for model_name, model in config.models.items():
+        seen: set[str] = set()
+        if not model.endpoints:
+            problems.append(f"models.{model_name}: needs at least one dedicated or serverless endpoint")
+        for endpoint in model.endpoints:
+            if endpoint.name in seen:
+                problems.append(f"models.{model_name}: endpoint name {endpoint.name!r} is used twice")
+            seen.add(endpoint.name)
+        for i, ded in enumerate(model.dedicated):
+            pool = pools.setdefault(ded.name, (ded.base_url, ded.max_concurrency))
+            if pool != (ded.base_url, ded.max_concurrency):
+                problems.append(
+                    f"models.{model_name}.dedicated[{i}]: {ded.name!r} is defined elsewhere with "
+                    f"base_url/max_concurrency {pool}; a shared dedicated pool must match"
+                )
+    if problems:
+        raise ConfigError(problems)

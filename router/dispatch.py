@@ -1,0 +1,270 @@
+"""One request's life: snapshot -> policy -> admission -> attempts -> relay -> record.
+
+All I/O of a request is started here. Attempts are driven by tenacity: an attempt that fails
+before the first byte reached the client moves on to the next target of the decision
+(dedicated -> serverless -> next serverless), without waiting when the next target is a
+different endpoint, with backoff (or the upstream's Retry-After) when it is the same one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from policies.base import Decision, Policy, Reason, RequestContext
+from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ModelConfig
+from router.errors import GatewayError, ModelNotFound, NoCapacity, UpstreamFailure, UpstreamStatus
+from router.openai import RequestPeek, peek, upstream_body
+from router.records import Attempt, Measures, Outcome, Recorder
+from router.relay import StreamResult, Usage, relay_stream, usage_of_body
+from router.state.base import Lease, StateStore
+from router.upstream import Upstream, response_headers
+
+# Paths whose streams end with `data: [DONE]` and accept `stream_options.include_usage`.
+_DONE_TERMINATED = frozenset({"/chat/completions", "/completions"})
+_MAX_RETRY_AFTER_S = 30.0
+
+
+@dataclass(slots=True)
+class Reply:
+    """A finished answer for the HTTP layer: a body, or a stream plus its cleanup."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes = b""
+    stream: AsyncIterator[bytes] | None = None
+    on_close: Callable[[], Awaitable[None]] | None = None
+
+
+@dataclass(slots=True)
+class _Job:
+    """The mutable record of one request while it is dispatched."""
+
+    path: str
+    request: RequestPeek
+    config: ModelConfig
+    headers: Sequence[tuple[bytes, bytes]]
+    received_at: float
+    decision: Decision
+    reason: Reason
+    cursor: int = 0
+    attempts: list[Attempt] = field(default_factory=list)
+    last_target: Endpoint | None = None
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: StateStore,
+        upstream: Upstream,
+        recorder: Recorder,
+        policies: Mapping[str, Policy],
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._upstream = upstream
+        self._recorder = recorder
+        self._policies = policies
+
+    async def dispatch(
+        self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]], received_at: float
+    ) -> Reply:
+        """Serve one OpenAI request body for `path` (relative to /v1). Raises ClientError
+        for a request the gateway itself rejects; every other outcome is a Reply."""
+        request = peek(body)
+        config = self._config.models.get(request.model)
+        if config is None:
+            raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
+        context = RequestContext(request.model, config, request.stream, _stickiness(request, headers))
+        decision = self._policies[request.model].decide(context, self._store.snapshot(), config.endpoints)
+        job = _Job(path, request, config, headers, received_at, decision, decision.reason)
+        try:
+            return await self._attempts(job)
+        except UpstreamFailure as exc:
+            return self._failed(job, exc)
+
+    async def _attempts(self, job: _Job) -> Reply:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(job.config.retry.attempts),
+            wait=lambda state: self._wait(job, state),
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._attempt(job)
+        raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
+
+    async def _attempt(self, job: _Job) -> Reply:
+        target, lease = await self._admit(job)
+        started = time.monotonic()
+        body = upstream_body(job.request, target.model, ask_usage=job.path in _DONE_TERMINATED)
+        try:
+            response = await self._upstream.open(target, job.path, body, job.headers)
+            if job.request.stream:
+                reply = await self._stream_reply(job, target, response, lease)
+            else:
+                reply = await self._body_reply(job, target, response)
+        except UpstreamFailure as exc:
+            job.attempts.append(Attempt(target.name, type(exc).__name__, _ms(started)))
+            await self._release(lease)
+            job.cursor += 1
+            raise
+        job.attempts.append(Attempt(target.name, None, _ms(started)))
+        reply.headers["x-tidegate-attempts"] = str(len(job.attempts))
+        if reply.stream is None:
+            await self._release(lease)
+            self._record_body(job, target, reply)
+        return reply
+
+    async def _admit(self, job: _Job) -> tuple[Endpoint, Lease | None]:
+        """The next target that admits the request, walking the decision from the cursor;
+        a full dedicated pool is skipped (`saturated`)."""
+        targets = job.decision.targets
+        for step in range(len(targets)):
+            target = targets[(job.cursor + step) % len(targets)]
+            if not isinstance(target, DedicatedEndpoint):
+                self._note_target(job, target, step)
+                return target, None
+            lease = await self._store.try_acquire(target.name, target.max_concurrency)
+            if lease is not None:
+                self._note_target(job, target, step)
+                return target, lease
+            job.reason = Reason.SATURATED
+        raise NoCapacity(f"every dedicated endpoint of {job.request.model} is at capacity")
+
+    def _note_target(self, job: _Job, target: Endpoint, skipped: int) -> None:
+        job.cursor += skipped
+        if job.attempts and job.attempts[-1].error is not None and target != job.last_target:
+            job.reason = Reason.FAILOVER
+        job.last_target = target
+
+    async def _body_reply(self, job: _Job, target: Endpoint, response: httpx.Response) -> Reply:
+        payload = await self._upstream.read(response, target)
+        return Reply(response.status_code, self._headers(job, target, response), payload)
+
+    async def _stream_reply(
+        self, job: _Job, target: Endpoint, response: httpx.Response, lease: Lease | None
+    ) -> Reply:
+        """Wait for the upstream's first event before answering the client: until then a
+        stall or a failure can still be retried elsewhere."""
+        chunks = self._upstream.chunks(response, target)
+        try:
+            first = await self._upstream.first_chunk(chunks, target)
+        except UpstreamFailure:
+            await response.aclose()
+            raise
+        result = StreamResult()
+        relayed = relay_stream(
+            _prepend(first, chunks),
+            result,
+            drop_usage=job.path in _DONE_TERMINATED and not job.request.wants_usage,
+            expect_done=job.path in _DONE_TERMINATED,
+        )
+
+        async def close() -> None:
+            await response.aclose()
+            await self._release(lease)
+            self._record_stream(job, target, response.status_code, result)
+
+        return Reply(
+            response.status_code, self._headers(job, target, response), stream=relayed, on_close=close
+        )
+
+    def _record_body(self, job: _Job, target: Endpoint, reply: Reply) -> None:
+        usage = usage_of_body(reply.body) or Usage()
+        self._record(job, target, reply.status, Measures(None, usage.input_tokens, usage.output_tokens))
+
+    def _record_stream(self, job: _Job, target: Endpoint, status: int, result: StreamResult) -> None:
+        usage = result.usage or Usage()
+        error = None
+        if result.error is not None:
+            error = type(result.error).__name__
+        elif not result.completed:
+            error = "client_gone"
+        ttft = (result.first_token_at - job.received_at) * 1000 if result.first_token_at else None
+        estimated = usage.output_tokens is None
+        output = result.output_events if estimated else usage.output_tokens
+        self._record(job, target, status, Measures(ttft, usage.input_tokens, output, error, estimated))
+
+    def _failed(self, job: _Job, exc: UpstreamFailure) -> Reply:
+        target = job.last_target
+        headers = self._headers(job, target, None)
+        headers["x-tidegate-attempts"] = str(len(job.attempts))
+        if exc.retry_after_s is not None:
+            headers["retry-after"] = f"{exc.retry_after_s:g}"
+        elif isinstance(exc, NoCapacity):
+            headers["retry-after"] = "1"
+        headers["content-type"] = "application/json"
+        self._record(job, target, exc.status_code, Measures(error=type(exc).__name__))
+        return Reply(exc.status_code, headers, exc.body())
+
+    def _headers(self, job: _Job, target: Endpoint | None, response: httpx.Response | None) -> dict[str, str]:
+        headers = response_headers(response) if response is not None else {}
+        if target is not None:
+            headers["x-tidegate-route"] = target.name
+            headers["x-tidegate-kind"] = target.kind.value
+        headers["x-tidegate-reason"] = job.reason.value
+        return headers
+
+    def _record(self, job: _Job, target: Endpoint | None, status: int, measures: Measures) -> None:
+        self._recorder.record(
+            Outcome(
+                model=job.request.model,
+                route=target.name if target else None,
+                kind=target.kind if target else None,
+                reason=job.reason,
+                status=status,
+                stream=job.request.stream,
+                e2e_ms=_ms(job.received_at),
+                measures=measures,
+                attempts=tuple(job.attempts),
+            )
+        )
+
+    async def _release(self, lease: Lease | None) -> None:
+        if lease is not None:
+            await self._store.release(lease)
+
+    def _wait(self, job: _Job, state: RetryCallState) -> float:
+        """No wait before a different endpoint; backoff or Retry-After before the same one."""
+        exc = state.outcome.exception() if state.outcome else None
+        targets = job.decision.targets
+        if targets[job.cursor % len(targets)] != job.last_target and not isinstance(exc, NoCapacity):
+            return 0.0
+        if isinstance(exc, GatewayError) and exc.retry_after_s is not None:
+            return min(exc.retry_after_s, _MAX_RETRY_AFTER_S)
+        base = job.config.retry.backoff_ms / 1000.0 * 2.0 ** (state.attempt_number - 1)
+        jitter: float = random.uniform(0.5, 1.0)
+        return base * jitter
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for chunk in rest:
+        yield chunk
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, UpstreamStatus):
+        return exc.is_retryable
+    return isinstance(exc, UpstreamFailure)
+
+
+def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    if request.user:
+        return request.user
+    for key, value in headers:
+        if key == b"x-tidegate-session":
+            return value.decode("latin-1")
+    return None
+
+
+def _ms(since: float) -> float:
+    return (time.monotonic() - since) * 1000.0

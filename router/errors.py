@@ -1,0 +1,148 @@
+"""The gateway's errors, each rendered as an OpenAI-shaped error body.
+
+    GatewayError                      500 api_error
+    ├── ClientError                   4xx invalid_request_error (the client can fix it)
+    │   ├── InvalidRequest            400
+    │   ├── Unauthorized              401 invalid_api_key
+    │   ├── ModelNotFound             404 model_not_found
+    │   ├── RouteNotFound             404 unknown_url
+    │   ├── MethodNotAllowed          405
+    │   └── PayloadTooLarge           413
+    └── UpstreamFailure               the request could not be served by an upstream
+        ├── UpstreamUnreachable       502 (connect refused, reset, DNS)
+        ├── UpstreamTimeout           504 (connect, first byte or idle gap)
+        ├── UpstreamStatus            the upstream answered with an error status
+        └── NoCapacity                503 (every target refused admission)
+
+Foreign exceptions (httpx, aiohttp, orjson) are translated into these at exactly one place
+each (`upstream.py`, `openai.py`); the rest of the gateway only sees this tree.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import orjson
+
+
+class GatewayError(Exception):
+    status: ClassVar[int] = 500
+    error_type: ClassVar[str] = "api_error"
+    code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    @property
+    def status_code(self) -> int:
+        return self.status
+
+    @property
+    def retry_after_s(self) -> float | None:
+        return None
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.error_type, self.param, self.code)
+
+
+class ClientError(GatewayError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    pass
+
+
+class Unauthorized(ClientError):
+    status = 401
+    code = "invalid_api_key"
+
+
+class ModelNotFound(ClientError):
+    status = 404
+    code = "model_not_found"
+
+
+class RouteNotFound(ClientError):
+    status = 404
+    code = "unknown_url"
+
+
+class MethodNotAllowed(ClientError):
+    status = 405
+    code = "method_not_allowed"
+
+
+class PayloadTooLarge(ClientError):
+    status = 413
+    code = "request_too_large"
+
+
+class UpstreamFailure(GatewayError):
+    """An attempt at one upstream failed; `retryable` says whether another attempt may help."""
+
+    retryable: ClassVar[bool] = True
+
+
+class UpstreamUnreachable(UpstreamFailure):
+    status = 502
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamFailure):
+    status = 504
+    code = "upstream_timeout"
+
+
+class NoCapacity(UpstreamFailure):
+    status = 503
+    code = "no_capacity"
+
+
+class UpstreamStatus(UpstreamFailure):
+    """The upstream answered with a non-2xx status; its own error body is relayed as is."""
+
+    _RETRYABLE_STATUSES: ClassVar[frozenset[int]] = frozenset({408, 429, 500, 502, 503, 504})
+
+    def __init__(self, status: int, payload: bytes, retry_after_s: float | None) -> None:
+        super().__init__(f"upstream answered {status}")
+        self._status = status
+        self._payload = payload
+        self._retry_after_s = retry_after_s
+
+    @property
+    def status_code(self) -> int:
+        return self._status
+
+    @property
+    def retry_after_s(self) -> float | None:
+        return self._retry_after_s
+
+    @property
+    def is_retryable(self) -> bool:
+        return self._status in self._RETRYABLE_STATUSES
+
+    def body(self) -> bytes:
+        if _is_openai_error(self._payload):
+            return self._payload
+        return error_body(
+            self.message,
+            "api_error" if self._status >= 500 else "invalid_request_error",
+            None,
+            "upstream_error",
+        )
+
+
+def error_body(message: str, error_type: str, param: str | None, code: str | None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+
+
+def _is_openai_error(payload: bytes) -> bool:
+    try:
+        parsed = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)

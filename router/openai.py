@@ -1,0 +1,66 @@
+"""Peek at an OpenAI request body without modelling it, and rewrite what must change.
+
+The hot path parses the JSON once (orjson), reads `model`, `stream`, `user` and whether the
+client asked for stream usage, and later serialises the same dict with the upstream's model
+id. No schema validation of whole chat requests: the upstream does that and its error is
+relayed to the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from router.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPeek:
+    """What routing needs from a request body; `payload` is the parsed body (not copied)."""
+
+    payload: dict[str, Any]
+    model: str
+    stream: bool
+    user: str | None
+    wants_usage: bool
+
+
+def peek(body: bytes) -> RequestPeek:
+    """Parse a JSON request body; raise InvalidRequest for anything routing cannot use."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("you must provide a model parameter", param="model")
+    stream = payload.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    user = payload.get("user")
+    options = payload.get("stream_options")
+    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    return RequestPeek(
+        payload=payload,
+        model=model,
+        stream=bool(stream),
+        user=user if isinstance(user, str) else None,
+        wants_usage=wants_usage,
+    )
+
+
+def upstream_body(request: RequestPeek, upstream_model: str, *, ask_usage: bool) -> bytes:
+    """The body to send upstream: the client's, with the model id rewritten and, for a
+    chat/completions stream, usage requested so token counts are known."""
+    payload = dict(request.payload)
+    payload["model"] = upstream_model
+    if ask_usage and request.stream and not request.wants_usage:
+        options = payload.get("stream_options")
+        merged = dict(options) if isinstance(options, dict) else {}
+        merged["include_usage"] = True
+        payload["stream_options"] = merged
+    return orjson.dumps(payload)

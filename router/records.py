@@ -1,0 +1,77 @@
+"""What happened to each request: one structured log line and in-process aggregates.
+
+Times are milliseconds. The aggregates are per route (model, endpoint) and live in this
+process only; the shared, windowed histograms come with the state store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, deque
+from dataclasses import asdict, dataclass, field
+
+import orjson
+
+ACCESS_LOG = "tidegate.access"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    endpoint: str
+    error: str | None  # None: this attempt served the request
+    duration_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Measures:
+    """What was measured of a request's answer (milliseconds, tokens)."""
+
+    ttft_ms: float | None = None  # request received -> first output relayed (streams only)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None  # None: served in full
+    tokens_estimated: bool = False  # the upstream sent no usage; output counted from events
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    model: str
+    route: str | None  # the endpoint that answered last; None if none was tried
+    kind: str | None
+    reason: str
+    status: int
+    stream: bool
+    e2e_ms: float
+    measures: Measures
+    attempts: tuple[Attempt, ...] = field(default=())
+
+
+@dataclass(slots=True)
+class RouteTotals:
+    requests: int = 0
+    errors: int = 0
+    output_tokens: int = 0
+    ttft_ms: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
+    e2e_ms: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
+
+
+class Recorder:
+    """Logs every outcome and keeps recent per-route figures. Not thread-safe (one loop)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self._log = logger or logging.getLogger(ACCESS_LOG)
+        self.routes: dict[tuple[str, str], RouteTotals] = {}
+        self.reasons: Counter[str] = Counter()
+
+    def record(self, outcome: Outcome) -> None:
+        self.reasons[outcome.reason] += 1
+        totals = self.routes.setdefault((outcome.model, outcome.route or "-"), RouteTotals())
+        totals.requests += 1
+        m = outcome.measures
+        totals.errors += outcome.status >= 400 or m.error is not None
+        totals.output_tokens += m.output_tokens or 0
+        if m.ttft_ms is not None:
+            totals.ttft_ms.append(m.ttft_ms)
+        totals.e2e_ms.append(outcome.e2e_ms)
+        if self._log.isEnabledFor(logging.INFO):
+            self._log.info(orjson.dumps(asdict(outcome)).decode())

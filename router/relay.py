@@ -1,0 +1,189 @@
+"""Relay an upstream answer to the client, measuring it on the way.
+
+Streams are forwarded event by event as soon as each SSE event is complete (no re-framing
+delay). Only the first events, until one carries output, are parsed as JSON (to time the
+first token); after that an event is parsed only when it carries a usage object, which is
+dropped again when the gateway asked for it and the client did not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from router.errors import GatewayError, UpstreamUnreachable, error_body
+
+_EVENT_END = b"\n\n"
+_DONE = b"data: [DONE]"
+_USAGE_OBJECT = b'"usage":{'
+_USAGE_OBJECT_SPACED = b'"usage": {'
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """Filled in while a stream is relayed; read once it ended (completed or not)."""
+
+    first_token_at: float | None = None
+    output_events: int = 0
+    completed: bool = False  # the upstream sent [DONE] or closed cleanly after output
+    error: GatewayError | None = None
+    usage: Usage | None = None
+
+
+class SseRelay:
+    """Turns upstream byte chunks into complete SSE events for the client."""
+
+    def __init__(self, result: StreamResult, *, drop_usage: bool) -> None:
+        self._result = result
+        self._drop_usage = drop_usage
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Bytes of the complete events in `buffer + chunk` to send now (maybe empty)."""
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        data = self._buffer + chunk
+        end = data.rfind(_EVENT_END)
+        if end < 0:
+            self._buffer = data
+            return b""
+        complete, self._buffer = data[: end + 2], data[end + 2 :]
+        if (
+            self._result.first_token_at is None
+            or _USAGE_OBJECT in complete
+            or (_USAGE_OBJECT_SPACED in complete)
+        ):
+            return self._inspect(complete)
+        self._result.output_events += complete.count(_EVENT_END)
+        if _DONE in complete:
+            self._result.completed = True
+        return complete
+
+    def flush(self) -> bytes:
+        """What is left when the upstream closed: an unterminated last event, if any."""
+        rest, self._buffer = self._buffer, b""
+        return self._inspect(rest + _EVENT_END) if rest.strip() else b""
+
+    def _inspect(self, complete: bytes) -> bytes:
+        kept: list[bytes] = []
+        for event in complete.split(_EVENT_END)[:-1]:
+            if self._keep(event):
+                kept.append(event + _EVENT_END)
+        return b"".join(kept)
+
+    def _keep(self, event: bytes) -> bool:
+        data = _event_data(event)
+        if data is None:
+            return True
+        if data == b"[DONE]":
+            self._result.completed = True
+            return True
+        parsed = _loads(data)
+        usage = _usage_of(parsed)
+        if usage is not None:
+            self._result.usage = usage
+            if self._drop_usage and parsed.get("choices") == []:
+                return False  # the usage-only chunk the client did not ask for
+        if _carries_output(parsed):
+            self._result.output_events += 1
+            if self._result.first_token_at is None:
+                self._result.first_token_at = time.monotonic()
+        return True
+
+
+async def relay_stream(
+    chunks: AsyncIterator[bytes], result: StreamResult, *, drop_usage: bool, expect_done: bool
+) -> AsyncIterator[bytes]:
+    """Yield client bytes; on an upstream failure after the first byte, end the stream with
+    an OpenAI-shaped error event instead of raising (a retry is impossible by then).
+
+    `expect_done`: the protocol ends with `data: [DONE]` (chat and text completions), so a
+    stream closed without it was cut short."""
+    relay = SseRelay(result, drop_usage=drop_usage)
+    try:
+        async for chunk in chunks:
+            out = relay.feed(chunk)
+            if out:
+                yield out
+        tail = relay.flush()
+        if tail:
+            yield tail
+        if expect_done and not result.completed:
+            raise UpstreamUnreachable("the upstream closed the stream before it finished")
+        result.completed = True
+    except GatewayError as exc:
+        result.error = exc
+        yield error_event(exc)
+
+
+def error_event(exc: GatewayError) -> bytes:
+    body = error_body(f"stream interrupted: {exc.message}", exc.error_type, None, exc.code)
+    return b"event: error\ndata: " + body + _EVENT_END
+
+
+def usage_of_body(body: bytes) -> Usage | None:
+    """Usage from a non-stream JSON answer (chat, completions, embeddings, responses)."""
+    return _usage_of(_loads(body))
+
+
+def _event_data(event: bytes) -> bytes | None:
+    lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _choices_of(parsed: Any) -> list[Any]:
+    choices = parsed.get("choices") if isinstance(parsed, dict) else None
+    return choices if isinstance(choices, list) else []
+
+
+def _usage_of(parsed: Any) -> Usage | None:
+    if not isinstance(parsed, dict):
+        return None
+    usage = parsed.get("usage")
+    if not isinstance(usage, dict) and isinstance(parsed.get("response"), dict):
+        usage = parsed["response"].get("usage")  # responses API: response.completed event
+    if not isinstance(usage, dict):
+        return None
+    inp = usage.get("prompt_tokens", usage.get("input_tokens"))
+    out = usage.get("completion_tokens", usage.get("output_tokens"))
+    return Usage(inp if isinstance(inp, int) else None, out if isinstance(out, int) else None)
+
+
+def _carries_output(parsed: Any) -> bool:
+    if not isinstance(parsed, dict):
+        return False
+    kind = parsed.get("type")
+    if isinstance(kind, str):  # responses API events
+        return kind.endswith(".delta")
+    for choice in _choices_of(parsed):
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and any(
+            delta.get(k) for k in ("content", "reasoning_content", "tool_calls", "refusal")
+        ):
+            return True
+        if choice.get("text"):
+            return True
+    return False
+
+
+def monotonic_ms(since: float) -> float:
+    return (time.monotonic() - since) * 1000.0

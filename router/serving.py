@@ -1,0 +1,77 @@
+"""Run ASGI apps under uvicorn (uvloop + httptools), several in one event loop if needed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+
+import uvicorn
+import uvloop
+from starlette.types import ASGIApp
+
+LOG_FORMAT = "%(message)s"
+
+
+def configure_logging(level: str = "info") -> None:
+    """Plain lines on stderr: the access log is already one JSON object per line."""
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket; port 0 picks a free one (read it back from getsockname)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class _Companion(uvicorn.Server):
+    """A server that leaves signal handling to the main server of the same loop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+@dataclass(frozen=True)
+class Served:
+    app: ASGIApp
+    sock: socket.socket
+
+
+def _config(app: ASGIApp, log_level: str) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        log_level=log_level,
+        log_config=None,
+        timeout_graceful_shutdown=30,
+    )
+
+
+async def serve_all(main: Served, companions: Sequence[Served] = (), log_level: str = "warning") -> None:
+    """Serve `main` until it is told to stop (SIGINT/SIGTERM), then stop the companions."""
+    others = [_Companion(_config(c.app, log_level)) for c in companions]
+    tasks = [asyncio.create_task(s.serve(sockets=[c.sock])) for s, c in zip(others, companions, strict=True)]
+    try:
+        await uvicorn.Server(_config(main.app, log_level)).serve(sockets=[main.sock])
+    finally:
+        for server in others:
+            server.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run(main: Served, companions: Sequence[Served] = (), log_level: str = "warning") -> None:
+    uvloop.run(serve_all(main, companions, log_level))

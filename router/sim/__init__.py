@@ -1,0 +1,1 @@
+"""The upstream simulator: dedicated (shared-throughput GPU replica) and serverless."""

@@ -1,0 +1,237 @@
+"""The simulated OpenAI-compatible upstream as an ASGI app (`tidegate sim` serves it).
+
+Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses;
+GET /v1/models; GET /sim/stats (JSON counters); PUT /sim/config (change faults, slowdown
+and other knobs at run time, JSON merged into the profile); GET /metrics (vLLM-style gauges).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import statistics
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from router.sim import bodies
+from router.sim.engine import Engine
+from router.sim.profile import SimProfile
+
+_JSON = "application/json"
+_KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "text", "/v1/responses": "responses"}
+
+
+class StreamCut(Exception):
+    """Raised inside a stream to drop the connection mid-way (the `cut` fault)."""
+
+
+class SimState:
+    """The live profile (replaceable through PUT /sim/config) and the engine."""
+
+    def __init__(self, profile: SimProfile) -> None:
+        self.profile = profile
+        self.engine = Engine(lambda: self.profile)
+
+    def update(self, changes: dict[str, Any]) -> None:
+        faults = changes.pop("faults", None)
+        ttft = changes.pop("ttft", None)
+        profile = dataclasses.replace(self.profile, **changes)
+        if isinstance(faults, dict):
+            profile = dataclasses.replace(profile, faults=dataclasses.replace(profile.faults, **faults))
+        if isinstance(ttft, dict):
+            profile = dataclasses.replace(profile, ttft=dataclasses.replace(profile.ttft, **ttft))
+        self.profile = profile
+
+
+def create_sim_app(profile: SimProfile) -> Starlette:
+    state = SimState(profile)
+    routes = [Route(path, _generation(state, kind), methods=["POST"]) for path, kind in _KINDS.items()]
+    routes += [
+        Route("/v1/embeddings", _embeddings(state), methods=["POST"]),
+        Route("/v1/models", _models(state), methods=["GET"]),
+        Route("/sim/stats", _stats(state), methods=["GET"]),
+        Route("/sim/config", _config(state), methods=["PUT", "GET"]),
+        Route("/metrics", _metrics(state), methods=["GET"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.sim = state
+    return app
+
+
+def _generation(state: SimState, kind: str) -> Any:
+    async def endpoint(request: Request) -> Response:
+        payload, failure = await _read(request, state)
+        if failure is not None:
+            return failure
+        model = str(payload.get("model", state.profile.name))
+        n_out = _output_tokens(payload, state.profile)
+        n_in = _input_tokens(payload)
+        if payload.get("stream") is True:
+            include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+            writer = bodies.StreamWriter(kind, model, include_usage)
+            return StreamingResponse(_stream(state, writer, n_in, n_out), media_type="text/event-stream")
+        async with state.engine.sequence(n_in) as seq:
+            await seq.first_token()
+            for _ in range(n_out - 1):
+                await seq.next_token()
+        text = "".join(bodies.word(i) for i in range(n_out))
+        use = bodies.usage(kind, n_in, n_out)
+        return Response(bodies.completion(kind, model, text, "length", use), media_type=_JSON)
+
+    return endpoint
+
+
+async def _stream(
+    state: SimState, writer: bodies.StreamWriter, n_in: int, n_out: int
+) -> AsyncIterator[bytes]:
+    cut_at = n_out // 2 if state.engine.rng.random() < state.profile.faults.cut_rate else -1
+    async with state.engine.sequence(n_in) as seq:
+        await seq.first_token()
+        yield writer.opening() + writer.token(bodies.word(0), 1)
+        for i in range(1, n_out):
+            if i == cut_at:
+                state.engine.count_fault("cut")
+                raise StreamCut("simulated connection drop")
+            await seq.next_token()
+            yield writer.token(bodies.word(i), i + 1)
+    text = "".join(bodies.word(i) for i in range(n_out))
+    yield writer.closing("length", text, bodies.usage(writer.kind, n_in, n_out))
+
+
+def _embeddings(state: SimState) -> Any:
+    async def endpoint(request: Request) -> Response:
+        payload, failure = await _read(request, state)
+        if failure is not None:
+            return failure
+        inputs = payload.get("input")
+        count = len(inputs) if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else 1
+        n_in = _input_tokens(payload)
+        async with state.engine.sequence(n_in) as seq:
+            await seq.first_token()
+        return Response(bodies.embeddings(str(payload.get("model")), count, n_in), media_type=_JSON)
+
+    return endpoint
+
+
+async def _read(request: Request, state: SimState) -> tuple[dict[str, Any], Response | None]:
+    """The parsed body, or an early answer: a bad request or an injected fault."""
+    try:
+        payload = orjson.loads(await request.body())
+    except orjson.JSONDecodeError:
+        return {}, _error(400, "invalid JSON body", "invalid_request_error")
+    if not isinstance(payload, dict):
+        return {}, _error(400, "body must be an object", "invalid_request_error")
+    return payload, await _inject(state)
+
+
+async def _inject(state: SimState) -> Response | None:
+    faults, engine, rng = state.profile.faults, state.engine, state.engine.rng
+    if rng.random() < faults.stall_rate:
+        engine.count_fault("stall")
+        await asyncio.sleep(state.profile.delay(faults.stall_s))
+    if rng.random() < faults.rate_limit_rate:
+        engine.count_fault("429")
+        response = _error(429, "Rate limit reached (simulated)", "rate_limit_exceeded")
+        response.headers["retry-after"] = f"{faults.retry_after_s:g}"
+        return response
+    if rng.random() < faults.error_rate:
+        status = rng.choice((500, 503))
+        engine.count_fault(str(status))
+        return _error(status, "The server had an error (simulated)", "server_error")
+    return None
+
+
+def _error(status: int, message: str, kind: str) -> Response:
+    return Response(
+        orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}),
+        status_code=status,
+        media_type=_JSON,
+    )
+
+
+def _input_tokens(payload: dict[str, Any]) -> int:
+    content = payload.get("messages", payload.get("prompt", payload.get("input", "")))
+    return max(1, len(orjson.dumps(content)) // 4)
+
+
+def _output_tokens(payload: dict[str, Any], profile: SimProfile) -> int:
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int) and value > 0:
+            return min(value, profile.max_output_tokens)
+    return profile.default_output_tokens
+
+
+def _models(state: SimState) -> Any:
+    async def endpoint(request: Request) -> Response:
+        model = {"id": state.profile.name, "object": "model", "created": 0, "owned_by": "sim"}
+        return Response(orjson.dumps({"object": "list", "data": [model]}), media_type=_JSON)
+
+    return endpoint
+
+
+def _stats(state: SimState) -> Any:
+    async def endpoint(request: Request) -> Response:
+        c = state.engine.counters
+        waits = sorted(c.queue_waits_s)
+        body = {
+            "kind": state.profile.kind,
+            "requests": c.requests,
+            "in_flight": c.in_flight,
+            "running": c.running,
+            "queued": c.queued,
+            "max_in_flight": c.max_in_flight,
+            "max_running": c.max_running,
+            "completed": c.completed,
+            "cancelled": c.cancelled,
+            "cold_starts": c.cold_starts,
+            "faults": c.faults,
+            "queue_wait_ms": {
+                "count": len(waits),
+                "mean": statistics.fmean(waits) * 1000 if waits else 0.0,
+                "p50": waits[len(waits) // 2] * 1000 if waits else 0.0,
+                "max": waits[-1] * 1000 if waits else 0.0,
+            },
+        }
+        return Response(orjson.dumps(body), media_type=_JSON)
+
+    return endpoint
+
+
+def _config(state: SimState) -> Any:
+    async def endpoint(request: Request) -> Response:
+        if request.method == "PUT":
+            try:
+                changes = orjson.loads(await request.body())
+                state.update(dict(changes))
+            except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+                return _error(400, f"bad config change: {exc}", "invalid_request_error")
+        return Response(orjson.dumps(dataclasses.asdict(state.profile)), media_type=_JSON)
+
+    return endpoint
+
+
+def _metrics(state: SimState) -> Any:
+    registry = CollectorRegistry()
+    labels = ["model_name"]
+    running = Gauge("vllm:num_requests_running", "Requests in the running batch", labels, registry=registry)
+    waiting = Gauge(
+        "vllm:num_requests_waiting", "Requests waiting to be scheduled", labels, registry=registry
+    )
+    kv = Gauge("vllm:kv_cache_usage_perc", "KV cache usage, 1 means full", labels, registry=registry)
+
+    async def endpoint(request: Request) -> Response:
+        c, p = state.engine.counters, state.profile
+        running.labels(p.name).set(c.running)
+        waiting.labels(p.name).set(c.queued)
+        kv.labels(p.name).set(min(1.0, c.running / p.max_concurrency))
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    return endpoint

@@ -1,0 +1,105 @@
+"""The simulator's knobs, with documented defaults and the serverless presets.
+
+Every duration is in real seconds at `time_scale` 1; the simulator divides each delay by
+`time_scale`, so a scenario runs `time_scale` times faster with the same shape.
+
+Dedicated defaults describe one vLLM replica of a mid-size model (an 8B-class model on one
+H100-class GPU): prefill is one shared budget of ~8,000 prompt tokens/s for the whole
+replica (vLLM schedules prefill in token-budgeted steps, so concurrent prompts wait for each
+other), decode runs each sequence at ~50 tokens/s (20 ms inter-token latency) until the
+replica's aggregate decode rate (~1,600 tokens/s) is shared by more sequences, after which
+every sequence slows down; `max_concurrency` sequences fit at once and the rest wait FIFO.
+These are order-of-magnitude figures, not a measurement of any particular deployment:
+replace them with your own (`vllm bench serve` against your endpoint gives all three).
+
+Serverless presets reproduce the TTFT tables of the field notes (DESIGN.md, seed 000):
+a log-normal body around the measured p50, a "slow tail" component that moves p95, and rare
+cold loads of 10-90 s (the seed's stated model load times). The p50 and p95 of each preset
+match the table within ~10% (tests/test_sim_profile.py samples them); the CV is lower than
+the table's extreme values because the cold loads are capped at 90 s.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class Kind(StrEnum):
+    DEDICATED = "dedicated"
+    SERVERLESS = "serverless"
+
+
+@dataclass(frozen=True, slots=True)
+class TtftDistribution:
+    """TTFT (s) = lognormal(median `p50_s`, `sigma`) + tail + cold load, see module doc."""
+
+    p50_s: float = 0.39
+    sigma: float = 0.2
+    tail_prob: float = 0.0
+    tail_range_s: tuple[float, float] = (3.0, 12.0)
+    cold_prob: float = 0.0
+    cold_range_s: tuple[float, float] = (10.0, 90.0)
+
+    def sample(self, rng: random.Random) -> float:
+        ttft = math.exp(rng.gauss(math.log(self.p50_s), self.sigma))
+        if rng.random() < self.tail_prob:
+            ttft += rng.uniform(*self.tail_range_s)
+        if rng.random() < self.cold_prob:
+            ttft += rng.uniform(*self.cold_range_s)
+        return ttft
+
+
+# Seed 000's table: model and provider -> TTFT shape (p50 / p95 in the comments).
+SERVERLESS_PRESETS = MappingProxyType(
+    {
+        "deepseek-a": TtftDistribution(0.39, 0.2),  # 0.39 / 0.57
+        "deepseek-b": TtftDistribution(0.55, 0.2, 0.04, (3.0, 12.0), 0.02),  # 0.55 / 6.30
+        "deepseek-c": TtftDistribution(0.73, 0.2, 0.035, (4.0, 12.0), 0.025),  # 0.73 / 6.91
+        "kimi-a": TtftDistribution(0.35, 0.2, 0.04, (3.0, 12.0), 0.02),  # 0.35 / 5.98
+        "kimi-b": TtftDistribution(0.25, 0.5, 0.06, (0.5, 2.0)),  # 0.25 / 1.08
+        "kimi-c": TtftDistribution(0.43, 0.2, 0.08, (0.5, 2.0), 0.007),  # 0.43 / 1.70
+        "fast": TtftDistribution(0.02, 0.1),  # for tests and benchmarks
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Injected failures; each rate is a probability per request in [0, 1]."""
+
+    error_rate: float = 0.0  # answer 500 or 503 (equally likely)
+    rate_limit_rate: float = 0.0  # answer 429 with Retry-After
+    retry_after_s: float = 1.0
+    stall_rate: float = 0.0  # wait `stall_s` before sending anything
+    stall_s: float = 30.0
+    cut_rate: float = 0.0  # streams: drop the connection halfway through the output
+
+
+@dataclass(frozen=True, slots=True)
+class SimProfile:
+    kind: Kind = Kind.DEDICATED
+    name: str = "sim"
+    time_scale: float = 1.0
+    seed: int | None = None
+    default_output_tokens: int = 16  # when the request sets no max_tokens
+    max_output_tokens: int = 4096
+    # dedicated
+    max_concurrency: int = 16
+    prefill_tokens_per_s: float = 8000.0
+    itl_s: float = 0.020  # per-sequence inter-token latency while the batch is small
+    decode_tokens_per_s: float = 1600.0  # the replica's aggregate decode rate
+    # serverless
+    ttft: TtftDistribution = field(default_factory=TtftDistribution)
+    serverless_itl_s: float = 0.015
+    idle_to_cold_s: float = 0.0  # scale-to-zero: a cold load after this much idle time (0: never)
+    # both
+    slowdown: float = 1.0  # multiplies every delay; raise it to rehearse a degraded upstream
+    faults: Faults = field(default_factory=Faults)
+
+    def delay(self, seconds: float) -> float:
+        """A modelled duration converted to the real seconds to sleep."""
+        return seconds * self.slowdown / self.time_scale

@@ -1,0 +1,74 @@
+"""Shared fixtures: simulators and a gateway in front of them, all on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from router.app import create_app
+from router.config import GatewayConfig, parse_config
+from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
+from tests.servers import Sim, ThreadServer
+
+FAST = 1000.0  # time scale for the simulators: modelled seconds run as milliseconds
+
+
+def gateway_config(dedicated: Sim | None, serverless: list[Sim], **model: Any) -> GatewayConfig:
+    """A one-model config (`m`) in front of the given simulators, as YAML like a user's."""
+    lines = ["models:", "  m:"]
+    for key, value in model.items():
+        lines.append(f"    {key}: {value}")
+    if dedicated is not None:
+        lines += [
+            "    dedicated:",
+            "      - name: ded",
+            f"        base_url: {dedicated.base_url}",
+            "        model: upstream-ded",
+            f"        max_concurrency: {dedicated.app.state.sim.profile.max_concurrency}",
+            "        timeouts: {ttft_s: 2, idle_s: 2, connect_s: 1}",
+        ]
+    if serverless:
+        lines.append("    serverless:")
+        for i, sim in enumerate(serverless):
+            lines += [
+                f"      - name: sl{i}",
+                f"        base_url: {sim.base_url}",
+                f"        model: upstream-sl{i}",
+                "        timeouts: {ttft_s: 2, idle_s: 2, connect_s: 1}",
+            ]
+    return parse_config("\n".join(lines) + "\n", {})
+
+
+def dedicated_profile(**kw: Any) -> SimProfile:
+    base: dict[str, Any] = dict(kind=Kind.DEDICATED, name="ded", max_concurrency=4, time_scale=FAST, seed=1)
+    base.update(kw)
+    return SimProfile(**base)
+
+
+def serverless_profile(**kw: Any) -> SimProfile:
+    base: dict[str, Any] = dict(
+        kind=Kind.SERVERLESS, name="sl", ttft=SERVERLESS_PRESETS["fast"], time_scale=FAST, seed=2
+    )
+    base.update(kw)
+    return SimProfile(**base)
+
+
+@pytest.fixture
+def dedicated_sim() -> Iterator[Sim]:
+    with Sim(dedicated_profile()) as sim:
+        yield sim
+
+
+@pytest.fixture
+def serverless_sims() -> Iterator[list[Sim]]:
+    with Sim(serverless_profile(seed=2)) as a, Sim(serverless_profile(seed=3)) as b:
+        yield [a, b]
+
+
+@pytest.fixture
+def gateway(dedicated_sim: Sim, serverless_sims: list[Sim]) -> Iterator[ThreadServer]:
+    config = gateway_config(dedicated_sim, serverless_sims)
+    with ThreadServer(create_app(config)) as server:
+        yield server

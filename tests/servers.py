@@ -1,0 +1,139 @@
+"""Real servers on loopback for the tests: uvicorn in a thread, or a CLI subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.types import ASGIApp
+
+from router.serving import bind
+from router.sim.app import create_sim_app
+from router.sim.profile import SimProfile
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01) -> None:
+    """Poll `check` until it is true; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+class ThreadServer:
+    """An ASGI app served by uvicorn (httptools) in a thread with its own event loop."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.sock = bind("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app,
+            loop="asyncio",
+            http="httptools",
+            lifespan="on",
+            access_log=False,
+            log_config=None,
+            log_level="warning",
+        )
+        self.server = uvicorn.Server(config)
+        self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def __enter__(self) -> ThreadServer:
+        self.thread.start()
+        wait_until(lambda: self.server.started)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+
+
+class Sim(ThreadServer):
+    """A simulator in a thread, with helpers for its control endpoints."""
+
+    def __init__(self, profile: SimProfile) -> None:
+        self.app = create_sim_app(profile)
+        super().__init__(self.app)
+        self.base_url = self.url + "/v1"
+
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = httpx.get(self.url + "/sim/stats").json()
+        return result
+
+    def configure(self, **changes: Any) -> None:
+        httpx.put(self.url + "/sim/config", json=changes).raise_for_status()
+
+
+class CliProcess:
+    """`tidegate ...` as a real OS process; waits for the line announcing its URL."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.args = [sys.executable, "-m", "router.cli", *args]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.output: list[str] = []
+
+    def __enter__(self) -> CliProcess:
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 30
+        for line in self.proc.stdout:
+            self.output.append(line)
+            found = re.search(r"(http://[\d.]+:\d+/v1)", line)
+            if found:
+                self.url = found.group(1)
+                break
+            if time.monotonic() > deadline:
+                break
+        if not self.url:
+            self.stop()
+            raise AssertionError("process did not announce a URL:\n" + "".join(self.output))
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def root(self) -> str:
+        return self.url.removesuffix("/v1")
+
+
+def free_port_iter() -> Iterator[int]:
+    while True:
+        sock = bind("127.0.0.1", 0)
+        port = int(sock.getsockname()[1])
+        sock.close()
+        yield port

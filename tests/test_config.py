@@ -1,0 +1,101 @@
+"""Config loading: the canonical example, env substitution, and precise errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from router.config import ConfigError, DedicatedEndpoint, load_config, parse_config
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "tidegate.yaml"
+MINIMAL = """
+models:
+  m:
+    serverless:
+      - {name: a, base_url: "http://127.0.0.1:1/v1", model: x}
+"""
+
+
+def test_canonical_example_loads_and_means_what_its_comments_say():
+    config = load_config(EXAMPLE, env={"TIDEGATE_API_KEY": "k1", "PROVIDER_A_KEY": "pa"})
+    model = config.models["deepseek-v4-pro"]
+    assert config.state.redis_url == ""
+    assert config.auth.api_keys == ("k1",)
+    assert model.canary_percent == 100
+    assert model.slo.ttft_p95_ms == 1500
+    assert (model.retry.attempts, model.retry.backoff_ms, model.retry.budget_percent) == (3, 100, 20)
+    (pool,) = model.dedicated
+    assert isinstance(pool, DedicatedEndpoint)
+    assert (pool.name, pool.model, pool.max_concurrency, pool.gpus) == (
+        "h100-pool",
+        "deepseek-ai/DeepSeek-V4-Pro",
+        64,
+        8,
+    )
+    assert [s.name for s in model.serverless] == ["provider-a", "provider-b"]
+    assert model.serverless[0].api_key == "pa"
+    assert model.serverless[1].api_key == ""
+
+
+def test_empty_api_key_strings_mean_no_client_auth():
+    assert load_config(EXAMPLE, env={}).auth.api_keys == ()
+
+
+def test_unset_variable_without_default_is_an_error_with_its_path():
+    text = MINIMAL.replace("model: x}", "model: x, api_key: '${MISSING_KEY}'}")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, {})
+    assert caught.value.problems == [
+        "models.m.serverless[0].api_key: environment variable MISSING_KEY is not set (use ${MISSING_KEY:-} for a default)"
+    ]
+
+
+def test_variable_default_and_embedded_references():
+    text = MINIMAL.replace('"http://127.0.0.1:1/v1"', '"http://${HOST:-localhost}:${PORT}/v1"')
+    config = parse_config(text, {"PORT": "9"})
+    assert config.models["m"].serverless[0].base_url == "http://localhost:9/v1"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("models: {}", "models: Value error, at least one model must be configured (found an empty mapping)"),
+        (
+            "listen: {port: 70000}\n" + MINIMAL,
+            "listen.port: Input should be less than or equal to 65535 (found 70000)",
+        ),
+        (
+            MINIMAL.replace("model: x", "model: x, max_concurrency: 4"),
+            "models.m.serverless[0].max_concurrency: Extra inputs are not permitted (found 4)",
+        ),
+        (
+            MINIMAL.replace("serverless", "dedicated").replace("model: x", "model: x, max_concurrency: lots"),
+            "models.m.dedicated[0].max_concurrency: Input should be a valid integer, unable to parse string as an integer (found 'lots')",
+        ),
+        (
+            MINIMAL.replace("model: x", "model: x2}\n      - {name: a, base_url: 'http://h/v1', model: y"),
+            "models.m: endpoint name 'a' is used twice",
+        ),
+        (
+            "models:\n  m: {canary_percent: 5}\n",
+            "models.m: needs at least one dedicated or serverless endpoint",
+        ),
+        (
+            MINIMAL.replace("http://127.0.0.1:1/v1", "ftp://x"),
+            "models.m.serverless[0].base_url: String should match pattern '^https?://' (found 'ftp://x')",
+        ),
+        ("- just\n- a list\n", "top level: expected a mapping, found list"),
+    ],
+)
+def test_invalid_configs_name_the_key_path_expected_and_found(text, expected):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, {})
+    assert expected in caught.value.problems
+
+
+def test_every_problem_is_reported_at_once():
+    text = "listen: {port: -1}\nmodels:\n  m: {canary_percent: 150, serverless: [{name: a}]}\n"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, {})
+    assert len(caught.value.problems) >= 4  # port, canary, base_url missing, model missing

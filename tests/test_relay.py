@@ -1,0 +1,95 @@
+"""SSE relaying: framing kept, TTFT found, the injected usage chunk dropped."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from router.errors import UpstreamTimeout
+from router.relay import SseRelay, StreamResult, relay_stream
+
+
+def chunk(content: str | None, *, usage: dict[str, int] | None = None, choices: bool = True) -> bytes:
+    body: dict[str, object] = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": content}}] if choices else [],
+        "usage": usage,
+    }
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+STREAM = (
+    chunk("")
+    + chunk("Hel")
+    + chunk("lo")
+    + chunk(None, usage={"prompt_tokens": 3, "completion_tokens": 2}, choices=False)
+    + b"data: [DONE]\n\n"
+)
+
+
+def relay_all(pieces: list[bytes], *, drop_usage: bool) -> tuple[bytes, StreamResult]:
+    result = StreamResult()
+    relay = SseRelay(result, drop_usage=drop_usage)
+    out = b"".join(relay.feed(p) for p in pieces) + relay.flush()
+    return out, result
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64, len(STREAM)])
+def test_any_chunking_gives_the_same_events(size):
+    pieces = [STREAM[i : i + size] for i in range(0, len(STREAM), size)]
+    out, result = relay_all(pieces, drop_usage=False)
+    assert out == STREAM
+    assert result.usage is not None and result.usage.output_tokens == 2
+    assert result.completed and result.first_token_at is not None
+
+
+def test_usage_chunk_is_dropped_when_the_client_did_not_ask():
+    out, result = relay_all([STREAM], drop_usage=True)
+    assert out == STREAM.replace(
+        chunk(None, usage={"prompt_tokens": 3, "completion_tokens": 2}, choices=False), b""
+    )
+    assert result.usage is not None and result.usage.input_tokens == 3
+
+
+def test_first_token_is_the_first_event_with_content_not_the_role_chunk():
+    result = StreamResult()
+    relay = SseRelay(result, drop_usage=False)
+    relay.feed(chunk(""))
+    assert result.first_token_at is None
+    relay.feed(chunk("x"))
+    assert result.first_token_at is not None
+
+
+def test_crlf_framing_is_normalised():
+    out, result = relay_all([STREAM.replace(b"\n", b"\r\n")], drop_usage=False)
+    assert out == STREAM and result.completed
+
+
+def test_failure_after_first_byte_becomes_an_error_event():
+    async def upstream():
+        yield chunk("a")
+        raise UpstreamTimeout("ded: timed out")
+
+    async def run() -> tuple[list[bytes], StreamResult]:
+        result = StreamResult()
+        out = [b async for b in relay_stream(upstream(), result, drop_usage=True, expect_done=True)]
+        return out, result
+
+    out, result = asyncio.run(run())
+    assert out[0] == chunk("a")
+    assert out[1].startswith(b"event: error\ndata: ")
+    error = orjson.loads(out[1].split(b"data: ", 1)[1])["error"]
+    assert error["code"] == "upstream_timeout" and "stream interrupted" in error["message"]
+    assert isinstance(result.error, UpstreamTimeout)
+
+
+def test_stream_closed_without_done_is_reported_as_cut():
+    async def upstream():
+        yield chunk("a")
+
+    async def run() -> list[bytes]:
+        return [b async for b in relay_stream(upstream(), StreamResult(), drop_usage=True, expect_done=True)]
+
+    assert asyncio.run(run())[-1].startswith(b"event: error")

@@ -1,0 +1,120 @@
+"""The simulator's capacity models and presets, without servers where possible."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from router.sim.engine import Engine
+from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
+
+SEED_TABLE = {  # DESIGN.md, seed 000: p50 / p95 TTFT in seconds
+    "deepseek-a": (0.39, 0.57),
+    "deepseek-b": (0.55, 6.30),
+    "deepseek-c": (0.73, 6.91),
+    "kimi-a": (0.35, 5.98),
+    "kimi-b": (0.25, 1.08),
+    "kimi-c": (0.43, 1.70),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(SEED_TABLE))
+def test_serverless_presets_reproduce_the_seed_percentiles(preset):
+    rng = random.Random(7)
+    samples = sorted(SERVERLESS_PRESETS[preset].sample(rng) for _ in range(20_000))
+    p50, p95 = samples[10_000], samples[19_000]
+    want50, want95 = SEED_TABLE[preset]
+    assert p50 == pytest.approx(want50, rel=0.10)
+    assert p95 == pytest.approx(want95, rel=0.12)
+
+
+def test_dedicated_engine_serves_at_most_max_concurrency_and_queues_fifo():
+    profile = SimProfile(kind=Kind.DEDICATED, max_concurrency=3, time_scale=1000.0)
+    engine = Engine(lambda: profile)
+    order: list[int] = []
+
+    async def request(i: int) -> None:
+        async with engine.sequence(100) as seq:
+            order.append(i)
+            await seq.first_token()
+            for _ in range(5):
+                await seq.next_token()
+
+    async def run() -> None:
+        tasks = []
+        for i in range(10):
+            tasks.append(asyncio.create_task(request(i)))
+            await asyncio.sleep(0)  # arrive in order
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+    c = engine.counters
+    assert c.max_running == 3
+    assert c.max_in_flight == 10
+    assert order == list(range(10))
+    assert (c.completed, c.running, c.queued) == (10, 0, 0)
+
+
+def test_dedicated_prefill_is_one_shared_budget():
+    profile = SimProfile(kind=Kind.DEDICATED, prefill_tokens_per_s=1000.0)
+    engine = Engine(lambda: profile)
+    first = engine.time_to_first_token(500)  # 0.5 s of prefill
+    second = engine.time_to_first_token(500)  # waits for the first prefill, then its own
+    assert first == pytest.approx(0.5, abs=0.01)
+    assert second == pytest.approx(1.0, abs=0.01)
+
+
+def test_dedicated_decode_slows_every_sequence_when_the_batch_outgrows_the_rate():
+    profile = SimProfile(kind=Kind.DEDICATED, itl_s=0.02, decode_tokens_per_s=100.0, max_concurrency=64)
+    engine = Engine(lambda: profile)
+    engine.counters.running = 1
+    assert engine.inter_token_interval() == pytest.approx(0.02)
+    engine.counters.running = 10
+    assert engine.inter_token_interval() == pytest.approx(0.1)  # 100 tok/s shared by 10
+
+
+def test_cancelled_waiter_gives_up_its_place():
+    profile = SimProfile(kind=Kind.DEDICATED, max_concurrency=1, time_scale=1.0)
+    engine = Engine(lambda: profile)
+
+    async def run() -> None:
+        hold = asyncio.Event()
+
+        async def holder() -> None:
+            async with engine.sequence(1):
+                await hold.wait()
+
+        async def waiter() -> None:
+            async with engine.sequence(1):
+                pass
+
+        h = asyncio.create_task(holder())
+        await asyncio.sleep(0)
+        w = asyncio.create_task(waiter())
+        await asyncio.sleep(0)
+        assert engine.counters.queued == 1
+        w.cancel()
+        await asyncio.gather(w, return_exceptions=True)
+        assert engine.counters.queued == 0
+        hold.set()
+        await h
+
+    asyncio.run(run())
+    assert (engine.counters.running, engine.counters.in_flight) == (0, 0)
+
+
+def test_cold_start_after_idle_gap_adds_a_load_delay():
+    profile = SimProfile(kind=Kind.SERVERLESS, ttft=SERVERLESS_PRESETS["fast"], idle_to_cold_s=60.0)
+    now = [0.0]
+    engine = Engine(lambda: profile, clock=lambda: now[0])
+    now[0] = 1.0
+    warm = engine.time_to_first_token(1)
+    now[0] = 100.0  # idle for 99 s
+    cold = engine.time_to_first_token(1)
+    now[0] = 101.0
+    warm_again = engine.time_to_first_token(1)
+    assert engine.counters.cold_starts == 1
+    assert max(warm, warm_again) < 1.0
+    assert cold >= 10.0  # the 10-90 s model load
