@@ -25,6 +25,7 @@ from router.errors import GatewayError, MethodNotAllowed, RouteNotFound, error_b
 from router.records import Recorder
 from router.state.base import StateStore
 from router.state.memory import MemoryStore
+from router.state.redis import RedisStore
 from router.upstream import TransportFactory, Upstream, aiohttp_transport
 
 log = logging.getLogger("tidegate")
@@ -44,6 +45,14 @@ def build_policies(config: GatewayConfig) -> Mapping[str, Policy]:
     return policies
 
 
+def store_for(config: GatewayConfig) -> StateStore:
+    """The store the config asks for: Redis when `state.redis_url` is set, else in-memory."""
+    if not config.state.redis_url:
+        return MemoryStore()
+    pools = [d.name for model in config.models.values() for d in model.dedicated]
+    return RedisStore(config.state.redis_url, pools, lease_ttl_s=config.state.lease_ttl_s)
+
+
 def create_app(
     config: GatewayConfig,
     *,
@@ -51,7 +60,7 @@ def create_app(
     transport: TransportFactory = aiohttp_transport,
     recorder: Recorder | None = None,
 ) -> FastAPI:
-    store = store or MemoryStore()
+    store = store or store_for(config)
     endpoints = [e for model in config.models.values() for e in model.endpoints]
     upstream = Upstream(endpoints, transport)
     recorder = recorder or Recorder()
@@ -60,6 +69,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await store.start()
         try:
             yield
         finally:

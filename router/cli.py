@@ -9,13 +9,11 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from router.app import build_policies, create_app
-from router.config import ConfigError, GatewayConfig, load_config, parse_config
+from router.app import build_policies, create_app, store_for
+from router.config import ConfigError, load_config, parse_config
 from router.serving import Served, bind, configure_logging, run
 from router.sim.app import create_sim_app
 from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
-from router.state.base import StateStore
-from router.state.memory import MemoryStore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,21 +159,11 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_for(config: GatewayConfig) -> StateStore:
-    if config.state.redis_url:
-        raise ConfigError(
-            [
-                "state.redis_url: the Redis store is not available in this build; "
-                "leave it empty for the embedded store"
-            ]
-        )
-    return MemoryStore()
-
-
 def _serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
-        app = create_app(config, store=_store_for(config))
+        store = store_for(config)
+        app = create_app(config, store=store)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -46,6 +46,7 @@ class ListenConfig(_Frozen):
 
 class StateConfig(_Frozen):
     redis_url: str = ""  # empty: the embedded in-memory store (one process only)
+    lease_ttl_s: Annotated[float, Field(gt=0)] = 30.0  # a dead replica's slots free up after this
 
 
 class AuthConfig(_Frozen):

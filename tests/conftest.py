@@ -10,7 +10,7 @@ import pytest
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
 from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
-from tests.servers import Sim, ThreadServer
+from tests.servers import RedisServer, Sim, ThreadServer
 
 FAST = 1000.0  # time scale for the simulators: modelled seconds run as milliseconds
 
@@ -72,3 +72,18 @@ def gateway(dedicated_sim: Sim, serverless_sims: list[Sim]) -> Iterator[ThreadSe
     config = gateway_config(dedicated_sim, serverless_sims)
     with ThreadServer(create_app(config)) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    redis_server.flush()
+    return redis_server.url

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import redis
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -137,3 +138,47 @@ def free_port_iter() -> Iterator[int]:
         port = int(sock.getsockname()[1])
         sock.close()
         yield port
+
+
+class RedisServer:
+    """A real `redis-server` on a free loopback port, no persistence; ended by its PID."""
+
+    def __init__(self) -> None:
+        self.port = next(free_port_iter())
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._answers, timeout=15)
+        return self
+
+    def _answers(self) -> bool:
+        try:
+            return bool(redis.Redis(port=self.port, socket_timeout=0.5).ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
+
+    def flush(self) -> None:
+        redis.Redis(port=self.port).flushall()

@@ -42,6 +42,9 @@ class StateStore(Protocol):
 
     def snapshot(self) -> Snapshot: ...
 
+    async def start(self) -> None:
+        """Begin background work (refresh, renewal); called once by the app's lifespan."""
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...

@@ -35,6 +35,9 @@ class MemoryStore:
             in_flight={pool: len(held) for pool, held in self._held.items()},
         )
 
+    async def start(self) -> None:
+        return None
+
     async def ping(self) -> bool:
         return True
 

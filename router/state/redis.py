@@ -1,0 +1,159 @@
+"""The shared store: dedicated slots as expiring leases in Redis, for many workers/replicas.
+
+Each dedicated pool is a sorted set `tidegate:slots:{pool}` of lease tokens scored by their
+expiry (Redis server time, ms). Acquire is one Lua script: drop expired leases, then add one
+if fewer than `capacity` remain. A replica renews the leases it holds every `ttl / 3`, so a
+replica killed with SIGKILL leaks its slots for at most `lease_ttl_s`.
+
+On the request path Redis costs exactly two round trips: the acquire and the release.
+`snapshot()` reads a copy of the pool counts that a background task refreshes every
+`refresh_s`. Redis errors never reach the request: an acquire that cannot reach Redis admits
+nothing (the request spills), a release that cannot reach Redis is left to the lease TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from router.state.base import Lease, Snapshot
+
+log = logging.getLogger("tidegate.state")
+
+_ACQUIRE = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
+return 1
+"""
+
+_RENEW = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', now_ms + tonumber(ARGV[1]), ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+return 1
+"""
+
+_COUNT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local counts = {}
+for i = 1, #KEYS do
+  counts[i] = redis.call('ZCOUNT', KEYS[i], '(' .. now_ms, '+inf')
+end
+return counts
+"""
+
+
+class RedisStore:
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        pools: Iterable[str],
+        *,
+        lease_ttl_s: float = 30.0,
+        refresh_s: float = 0.2,
+        prefix: str = "tidegate",
+    ) -> None:
+        self._redis: Redis = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self._pools = sorted(set(pools))
+        self._ttl_ms = int(lease_ttl_s * 1000)
+        self._refresh_s = refresh_s
+        self._prefix = prefix
+        self._acquire = self._redis.register_script(_ACQUIRE)
+        self._renew = self._redis.register_script(_RENEW)
+        self._count = self._redis.register_script(_COUNT)
+        self._held: dict[str, set[str]] = {}
+        self._in_flight: dict[str, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def key(self, pool: str) -> str:
+        return f"{self._prefix}:slots:{{{pool}}}"
+
+    async def try_acquire(self, pool: str, capacity: int) -> Lease | None:
+        token = uuid.uuid4().hex
+        try:
+            admitted = await self._acquire(keys=[self.key(pool)], args=[capacity, token, self._ttl_ms])
+        except RedisError as exc:
+            log.warning("state store: acquire on %s failed, spilling: %s", pool, exc)
+            return None
+        if not admitted:
+            return None
+        self._held.setdefault(pool, set()).add(token)
+        return Lease(pool, token)
+
+    async def release(self, lease: Lease) -> None:
+        self._held.get(lease.pool, set()).discard(lease.token)
+        try:
+            await self._redis.zrem(self.key(lease.pool), lease.token)
+        except RedisError as exc:
+            log.warning("state store: release on %s failed, the lease will expire: %s", lease.pool, exc)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(now=time.monotonic(), in_flight=dict(self._in_flight))
+
+    async def refresh(self) -> None:
+        """Read every pool's live lease count (one round trip)."""
+        if not self._pools:
+            return
+        counts = await self._count(keys=[self.key(p) for p in self._pools])
+        self._in_flight = {p: int(c) for p, c in zip(self._pools, counts, strict=True)}
+
+    async def renew(self) -> None:
+        """Push the expiry of every lease this process holds (one round trip)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for pool, tokens in self._held.items():
+                if tokens:
+                    await self._renew(keys=[self.key(pool)], args=[self._ttl_ms, *tokens], client=pipe)
+            await pipe.execute()
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._redis.ping())
+        except RedisError:
+            return False
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self._redis.aclose()
+
+    async def start(self) -> None:
+        """Start the snapshot refresh and lease renewal; call once, inside the event loop."""
+        if self._tasks:
+            return
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(self._refresh_s, self.refresh)),
+            loop.create_task(self._every(self._ttl_ms / 3000, self.renew)),
+        ]
+
+    @staticmethod
+    async def _every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await job()
+            except RedisError as exc:
+                log.warning("state store: background %s failed: %s", job.__name__, exc)
+            await asyncio.sleep(interval)
