@@ -6,11 +6,18 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from policies.base import Policy
+from policies.canary import CanaryGate
 from policies.dedicated_first import DedicatedFirst
+from policies.pipeline import Pipeline
 
 PolicyFactory = Callable[[], Policy]
 
-BUILTIN: Mapping[str, PolicyFactory] = MappingProxyType({"dedicated_first": DedicatedFirst})
+
+def _dedicated_first() -> Policy:
+    return Pipeline(filters=(CanaryGate(),), picker=DedicatedFirst())
+
+
+BUILTIN: Mapping[str, PolicyFactory] = MappingProxyType({"dedicated_first": _dedicated_first})
 
 
 def build(name: str, registry: Mapping[str, PolicyFactory] = BUILTIN) -> Policy:

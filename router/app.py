@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,9 +20,10 @@ from starlette.responses import Response
 from policies import registry
 from policies.base import Policy
 from router import api
+from router.admin import admin_router
 from router.config import ConfigError, GatewayConfig
 from router.dispatch import Dispatcher
-from router.errors import GatewayError, MethodNotAllowed, RouteNotFound, error_body
+from router.errors import GatewayError, InvalidRequest, MethodNotAllowed, RouteNotFound, error_body
 from router.records import Recorder
 from router.state.base import StateStore
 from router.state.memory import MemoryStore
@@ -83,6 +85,7 @@ def create_app(
         app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits.max_body_bytes))
     app.router.routes.append(api.models_route(config))
     app.router.routes.extend(api.health_routes(store))
+    app.include_router(admin_router(config, store))
     _install_error_handlers(app)
     return app
 
@@ -107,6 +110,11 @@ def _install_error_handlers(app: FastAPI) -> None:
             )
         return await gateway_error(request, error)
 
+    async def invalid_body(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {"msg": "invalid request"}
+        return await gateway_error(request, InvalidRequest(f"invalid request body: {first['msg']}"))
+
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return Response(
@@ -117,4 +125,5 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(GatewayError, gateway_error)
     app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid_body)
     app.add_exception_handler(Exception, unexpected)

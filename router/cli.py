@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+import httpx
+
 from router.app import build_policies, create_app, store_for
 from router.config import ConfigError, load_config, parse_config
 from router.serving import Served, bind, configure_logging, run
@@ -44,8 +46,45 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("file", type=Path)
     check.set_defaults(run=_check_config)
 
+    canary = commands.add_parser("canary", help="read or set a model's live canary percent")
+    canary_commands = canary.add_subparsers(required=True, metavar="ACTION")
+    canary_set = canary_commands.add_parser("set", help="set MODEL's canary percent on every replica")
+    canary_set.add_argument("model")
+    canary_set.add_argument("percent", type=float)
+    canary_set.add_argument(
+        "--url",
+        default=os.environ.get("TIDEGATE_URL", "http://127.0.0.1:8000"),
+        help="the gateway's base URL (env TIDEGATE_URL)",
+    )
+    canary_set.add_argument(
+        "--admin-key",
+        default=os.environ.get("TIDEGATE_ADMIN_KEY", ""),
+        help="the admin key (env TIDEGATE_ADMIN_KEY)",
+    )
+    canary_set.set_defaults(run=_canary_set)
+
     _add_sim_parser(commands)
     return parser
+
+
+def _canary_set(args: argparse.Namespace) -> int:
+    url = f"{args.url.rstrip('/')}/admin/models/{args.model}/canary"
+    try:
+        response = httpx.put(
+            url,
+            json={"percent": args.percent},
+            headers={"authorization": f"Bearer {args.admin_key}"},
+            timeout=10,
+        )
+    except httpx.HTTPError as exc:
+        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        print(f"{response.status_code}: {response.json().get('error', {}).get('message')}", file=sys.stderr)
+        return 1
+    live, configured = response.json()["canary_percent"], response.json()["configured_canary_percent"]
+    print(f"{args.model}: canary {live:g}% (configured {configured:g}%)")
+    return 0
 
 
 def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

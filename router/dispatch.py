@@ -8,6 +8,7 @@ different endpoint, with backoff (or the upstream's Retry-After) when it is the 
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -257,13 +258,14 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, UpstreamFailure)
 
 
-def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) -> str:
+    """The request's `user`, else its `x-tidegate-session` header, else a random key."""
     if request.user:
         return request.user
     for key, value in headers:
         if key == b"x-tidegate-session":
             return value.decode("latin-1")
-    return None
+    return os.urandom(8).hex()
 
 
 def _ms(since: float) -> float:

@@ -39,3 +39,45 @@ def test_dedicated_first(candidates, in_flight, targets, reason):
 def test_unknown_policy_names_the_known_ones():
     with pytest.raises(KeyError, match="known: dedicated_first"):
         registry.build("fastest-ever")
+
+
+def canary_context(key: str, percent: float) -> RequestContext:
+    return RequestContext(
+        "m", ModelConfig(canary_percent=percent, serverless=(S1,)), stream=False, stickiness_key=key
+    )
+
+
+KEYS = [f"user-{i}" for i in range(2000)]
+
+
+@pytest.mark.parametrize(("percent", "low", "high"), [(0, 0, 0), (30, 0.27, 0.33), (100, 1, 1)])
+def test_canary_sends_its_share_of_keys_to_dedicated(percent, low, high):
+    policy = registry.build("dedicated_first")
+    decisions = [policy.decide(canary_context(k, percent), Snapshot(now=0.0), (D1, S1)) for k in KEYS]
+    on_dedicated = sum(d.targets[0] is D1 for d in decisions) / len(KEYS)
+    assert low <= on_dedicated <= high
+    assert {d.reason for d in decisions if d.targets[0] is S1} <= {Reason.CANARY_OUT}
+
+
+def test_raising_the_canary_never_moves_a_key_off_dedicated():
+    policy = registry.build("dedicated_first")
+    eligible_before = set()
+    for percent in (5, 25, 50, 75):
+        now = {
+            k
+            for k in KEYS
+            if policy.decide(canary_context(k, percent), Snapshot(0.0), (D1, S1)).targets[0] is D1
+        }
+        assert eligible_before <= now
+        eligible_before = now
+
+
+def test_live_canary_override_in_the_snapshot_wins_over_config():
+    policy = registry.build("dedicated_first")
+    decision = policy.decide(canary_context("k", 100), Snapshot(0.0, canary_percent={"m": 0}), (D1, S1))
+    assert (decision.targets, decision.reason) == ((S1,), Reason.CANARY_OUT)
+
+
+def test_canary_keeps_dedicated_when_there_is_nowhere_else():
+    decision = registry.build("dedicated_first").decide(canary_context("k", 0), Snapshot(0.0), (D1,))
+    assert (decision.targets, decision.reason) == ((D1,), Reason.BASELINE)

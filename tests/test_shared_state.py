@@ -7,6 +7,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import openai
 
 from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
@@ -117,3 +118,23 @@ def _route_via(url: str) -> tuple[str, str]:
     client = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
     raw = client.chat.completions.with_raw_response.create(model="m", messages=[], max_tokens=1)
     return raw.headers["x-tidegate-route"], raw.headers["x-tidegate-reason"]
+
+
+def test_canary_set_through_one_replica_is_obeyed_by_the_other(tmp_path, redis_url):
+    with Sim(slow_dedicated()) as ded, Sim(serverless()) as sl:
+        config = write_config(tmp_path / "t.yaml", ded, sl, redis_url)
+        config.write_text(config.read_text().replace("state: {", "auth: {admin_key: adm}\nstate: {"))
+        with (
+            CliProcess("serve", "--config", str(config), "--port", "0") as a,
+            CliProcess("serve", "--config", str(config), "--port", "0") as b,
+        ):
+            assert _route_via(b.url) == ("ded", "baseline")
+            put = httpx.put(
+                a.root + "/admin/models/m/canary",
+                json={"percent": 0},
+                headers={"authorization": "Bearer adm"},
+            )
+            assert put.status_code == 200
+            wait_until(lambda: _route_via(b.url) == ("sl", "canary_out"), timeout=10, interval=0.05)
+            seen = httpx.get(b.root + "/admin/models/m", headers={"authorization": "Bearer adm"}).json()
+            assert seen["canary_percent"] == 0 and seen["state_store"] == "redis"

@@ -27,10 +27,12 @@ class Lease:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the store knows now. `now` is a monotonic time in seconds; `in_flight` maps a
-    dedicated pool name to the leases held on it across every process sharing the store."""
+    dedicated pool name to the leases held on it across every process sharing the store;
+    `canary_percent` holds the live canary overrides set through the admin API."""
 
     now: float
     in_flight: Mapping[str, int] = field(default_factory=dict)
+    canary_percent: Mapping[str, float] = field(default_factory=dict)  # model -> live override
 
 
 class StateStore(Protocol):
@@ -41,6 +43,9 @@ class StateStore(Protocol):
     async def release(self, lease: Lease) -> None: ...
 
     def snapshot(self) -> Snapshot: ...
+
+    async def set_canary(self, model: str, percent: float) -> None:
+        """Set a model's live canary percent for every process sharing the store."""
 
     async def start(self) -> None:
         """Begin background work (refresh, renewal); called once by the app's lifespan."""

@@ -17,6 +17,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._held: defaultdict[str, set[str]] = defaultdict(set)
         self._tokens = itertools.count()
+        self._canary: dict[str, float] = {}
 
     async def try_acquire(self, pool: str, capacity: int) -> Lease | None:
         held = self._held[pool]
@@ -33,7 +34,11 @@ class MemoryStore:
         return Snapshot(
             now=time.monotonic(),
             in_flight={pool: len(held) for pool, held in self._held.items()},
+            canary_percent=dict(self._canary),
         )
+
+    async def set_canary(self, model: str, percent: float) -> None:
+        self._canary[model] = percent
 
     async def start(self) -> None:
         return None

@@ -77,11 +77,13 @@ class RedisStore:
         self._ttl_ms = int(lease_ttl_s * 1000)
         self._refresh_s = refresh_s
         self._prefix = prefix
+        self._canary_key = f"{prefix}:canary"
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._renew = self._redis.register_script(_RENEW)
         self._count = self._redis.register_script(_COUNT)
         self._held: dict[str, set[str]] = {}
         self._in_flight: dict[str, int] = {}
+        self._canary: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     def key(self, pool: str) -> str:
@@ -107,14 +109,22 @@ class RedisStore:
             log.warning("state store: release on %s failed, the lease will expire: %s", lease.pool, exc)
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(now=time.monotonic(), in_flight=dict(self._in_flight))
+        return Snapshot(now=time.monotonic(), in_flight=self._in_flight, canary_percent=self._canary)
+
+    async def set_canary(self, model: str, percent: float) -> None:
+        await self._redis.hset(self._canary_key, model, str(percent))
+        self._canary = {**self._canary, model: percent}
 
     async def refresh(self) -> None:
-        """Read every pool's live lease count (one round trip)."""
-        if not self._pools:
-            return
-        counts = await self._count(keys=[self.key(p) for p in self._pools])
-        self._in_flight = {p: int(c) for p, c in zip(self._pools, counts, strict=True)}
+        """Read every pool's live lease count and the canary overrides (one round trip).
+        The snapshot's mappings are replaced, never mutated, so readers need no copy."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            await self._count(keys=[self.key(p) for p in self._pools] or [self._canary_key], client=pipe)
+            pipe.hgetall(self._canary_key)
+            counts, canary = await pipe.execute()
+        if self._pools:
+            self._in_flight = {p: int(c) for p, c in zip(self._pools, counts, strict=True)}
+        self._canary = {k.decode(): float(v) for k, v in canary.items()}
 
     async def renew(self) -> None:
         """Push the expiry of every lease this process holds (one round trip)."""

@@ -1,0 +1,38 @@
+"""Canary gate: only `canary_percent` of a model's traffic is eligible for dedicated.
+
+Eligibility is sticky per stickiness key: the key hashes to a bucket in [0, 100) and is
+eligible while its bucket is below the percent. Raising the percent therefore only adds
+keys to dedicated, never moves an eligible key off it. The live percent comes from the
+snapshot (set through the admin API, shared by every replica), else from the model's config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from policies.base import Reason, RequestContext
+from router.config import DedicatedEndpoint, Endpoint
+from router.state.base import Snapshot
+
+
+def bucket(model: str, key: str) -> float:
+    """A stable position of `key` in [0, 100) for `model`, in steps of 0.01."""
+    digest = hashlib.blake2b(f"{model}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 10_000 / 100.0
+
+
+class CanaryGate:
+    """A filter: removes dedicated candidates for keys outside the canary (`canary_out`)."""
+
+    def filter(
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
+    ) -> tuple[tuple[Endpoint, ...], Reason | None]:
+        percent = snapshot.canary_percent.get(context.model, context.config.canary_percent)
+        if percent >= 100 or context.stickiness_key is None:
+            return candidates, None
+        if bucket(context.model, context.stickiness_key) < percent:
+            return candidates, None
+        rest = tuple(c for c in candidates if not isinstance(c, DedicatedEndpoint))
+        if not rest:  # nothing to send the key to instead: keep dedicated
+            return candidates, None
+        return rest, Reason.CANARY_OUT

@@ -1,0 +1,82 @@
+"""The admin API: a model's configuration and live state, and its canary percent.
+
+Every route needs `Authorization: Bearer <auth.admin_key>`; with no admin key configured
+the admin API answers 403. Upstream API keys never appear in its output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Request
+
+from router.config import GatewayConfig, ModelConfig
+from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
+from router.state.base import StateStore
+
+
+class AdminDisabled(ClientError):
+    status = 403
+    code = "admin_disabled"
+
+
+def admin_router(config: GatewayConfig, store: StateStore) -> APIRouter:
+    digest = hashlib.sha256(config.auth.admin_key.encode()).digest() if config.auth.admin_key else None
+
+    def require_admin(request: Request) -> None:
+        if digest is None:
+            raise AdminDisabled("The admin API is disabled: set auth.admin_key to enable it.")
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        given = hashlib.sha256(token.strip().encode()).digest()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, digest):
+            raise Unauthorized("A valid admin key is required: 'Authorization: Bearer ADMIN_KEY'.")
+
+    router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+
+    def model_config(model: str) -> ModelConfig:
+        found = config.models.get(model)
+        if found is None:
+            raise ModelNotFound(f"The model `{model}` is not configured", param="model")
+        return found
+
+    def describe(model: str) -> dict[str, Any]:
+        cfg = model_config(model)
+        snapshot = store.snapshot()
+        return {
+            "model": model,
+            "canary_percent": snapshot.canary_percent.get(model, cfg.canary_percent),
+            "configured_canary_percent": cfg.canary_percent,
+            "config": cfg.model_dump(mode="json", exclude=_SECRETS),
+            "dedicated": [
+                {
+                    "name": d.name,
+                    "max_concurrency": d.max_concurrency,
+                    "in_flight": snapshot.in_flight.get(d.name, 0),
+                }
+                for d in cfg.dedicated
+            ],
+            "state_store": store.name,
+        }
+
+    @router.get("/models/{model}")
+    async def get_model(model: str) -> dict[str, Any]:
+        return describe(model)
+
+    @router.put("/models/{model}/canary")
+    async def put_canary(model: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+        model_config(model)
+        percent = body.get("percent")
+        if isinstance(percent, bool) or not isinstance(percent, int | float) or not 0 <= percent <= 100:
+            raise InvalidRequest("'percent' must be a number from 0 to 100", param="percent")
+        await store.set_canary(model, float(percent))
+        return describe(model)
+
+    return router
+
+
+_SECRETS: Any = {
+    "dedicated": {"__all__": {"api_key"}},
+    "serverless": {"__all__": {"api_key"}},
+}

@@ -1,0 +1,131 @@
+"""The admin API and `tidegate canary set`, against a running gateway."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from router.app import create_app
+from tests.conftest import gateway_config
+from tests.servers import Sim, ThreadServer
+
+ADMIN = {"authorization": "Bearer admin-secret"}
+
+
+@pytest.fixture
+def admin_gateway(dedicated_sim: Sim, serverless_sims: list[Sim]) -> Iterator[ThreadServer]:
+    config = gateway_config(dedicated_sim, serverless_sims, canary_percent=100)
+    model = config.models["m"]
+    ded = model.dedicated[0].model_copy(update={"api_key": "upstream-secret"})
+    config = config.model_copy(
+        update={
+            "auth": config.auth.model_copy(update={"admin_key": "admin-secret"}),
+            "models": {"m": model.model_copy(update={"dedicated": (ded,)})},
+        }
+    )
+    with ThreadServer(create_app(config)) as server:
+        yield server
+
+
+def route_of(gw: ThreadServer, user: str) -> tuple[str, str]:
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=[], max_tokens=1, user=user)
+    return raw.headers["x-tidegate-route"], raw.headers["x-tidegate-reason"]
+
+
+def test_get_model_shows_config_and_live_state_without_secrets(admin_gateway):
+    response = httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["canary_percent"] == 100
+    assert body["dedicated"] == [{"name": "ded", "max_concurrency": 4, "in_flight": 0}]
+    assert "upstream-secret" not in response.text
+
+
+def test_canary_set_to_zero_sends_everyone_to_serverless_then_back(admin_gateway):
+    assert route_of(admin_gateway, "alice") == ("ded", "baseline")
+    put = httpx.put(admin_gateway.url + "/admin/models/m/canary", json={"percent": 0}, headers=ADMIN)
+    assert put.status_code == 200 and put.json()["canary_percent"] == 0
+    assert route_of(admin_gateway, "alice") == ("sl0", "canary_out")
+    httpx.put(admin_gateway.url + "/admin/models/m/canary", json={"percent": 100}, headers=ADMIN)
+    assert route_of(admin_gateway, "alice") == ("ded", "baseline")
+
+
+@pytest.mark.parametrize(("headers", "status"), [({}, 401), ({"authorization": "Bearer nope"}, 401)])
+def test_admin_needs_the_admin_key(admin_gateway, headers, status):
+    response = httpx.put(admin_gateway.url + "/admin/models/m/canary", json={"percent": 5}, headers=headers)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize("body", [{"percent": 101}, {"percent": -1}, {"percent": "5"}, {"percent": True}, {}])
+def test_bad_canary_values_are_400(admin_gateway, body):
+    response = httpx.put(admin_gateway.url + "/admin/models/m/canary", json=body, headers=ADMIN)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "percent"
+
+
+def test_non_json_admin_body_is_400(admin_gateway):
+    response = httpx.put(admin_gateway.url + "/admin/models/m/canary", content=b"{", headers=ADMIN)
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_unknown_model_is_404(admin_gateway):
+    response = httpx.get(admin_gateway.url + "/admin/models/nope", headers=ADMIN)
+    assert response.status_code == 404 and response.json()["error"]["code"] == "model_not_found"
+
+
+def test_admin_is_disabled_without_an_admin_key(gateway):
+    response = httpx.get(gateway.url + "/admin/models/m", headers=ADMIN)
+    assert response.status_code == 403 and response.json()["error"]["code"] == "admin_disabled"
+
+
+def test_cli_canary_set(admin_gateway):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "router.cli",
+            "canary",
+            "set",
+            "m",
+            "25",
+            "--url",
+            admin_gateway.url,
+            "--admin-key",
+            "admin-secret",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "m: canary 25% (configured 100%)"
+    assert httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["canary_percent"] == 25
+    wrong = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "router.cli",
+            "canary",
+            "set",
+            "m",
+            "25",
+            "--url",
+            admin_gateway.url,
+            "--admin-key",
+            "bad",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert wrong.returncode == 1 and "401" in wrong.stderr
