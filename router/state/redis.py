@@ -85,6 +85,7 @@ class RedisStore:
         self._in_flight: dict[str, int] = {}
         self._canary: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
 
     def key(self, pool: str) -> str:
         return f"{self._prefix}:slots:{{{pool}}}"
@@ -141,11 +142,12 @@ class RedisStore:
             return False
 
     async def close(self) -> None:
+        """Stop the background work (bounded: a task stuck in I/O is abandoned after 2 s)."""
+        self._stopping.set()
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2.0)
         self._tasks.clear()
         await self._redis.aclose()
 
@@ -159,11 +161,13 @@ class RedisStore:
             loop.create_task(self._every(self._ttl_ms / 3000, self.renew)),
         ]
 
-    @staticmethod
-    async def _every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
-        while True:
+    async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:
+        """Run `job` every `interval` s until close(); the stop flag is checked on every
+        turn because a client library may turn a cancellation into its own error."""
+        while not self._stopping.is_set():
             try:
                 await job()
             except RedisError as exc:
                 log.warning("state store: background %s failed: %s", job.__name__, exc)
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
