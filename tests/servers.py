@@ -83,6 +83,13 @@ class Sim(ThreadServer):
         httpx.put(self.url + "/sim/config", json=changes).raise_for_status()
 
 
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`tidegate ARGS...` to completion (bounded), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "router.cli", *args], check=False, capture_output=True, text=True, timeout=60
+    )
+
+
 class CliProcess:
     """`tidegate ...` as a real OS process; waits for the line announcing its URL."""
 

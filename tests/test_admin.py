@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import httpx
@@ -12,7 +10,7 @@ import pytest
 
 from router.app import create_app
 from tests.conftest import gateway_config
-from tests.servers import Sim, ThreadServer
+from tests.servers import Sim, ThreadServer, run_cli
 
 ADMIN = {"authorization": "Bearer admin-secret"}
 
@@ -87,45 +85,9 @@ def test_admin_is_disabled_without_an_admin_key(gateway):
 
 
 def test_cli_canary_set(admin_gateway):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "router.cli",
-            "canary",
-            "set",
-            "m",
-            "25",
-            "--url",
-            admin_gateway.url,
-            "--admin-key",
-            "admin-secret",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("canary", "set", "m", "25", "--url", admin_gateway.url, "--admin-key", "admin-secret")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "m: canary 25% (configured 100%)"
     assert httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["canary_percent"] == 25
-    wrong = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "router.cli",
-            "canary",
-            "set",
-            "m",
-            "25",
-            "--url",
-            admin_gateway.url,
-            "--admin-key",
-            "bad",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    wrong = run_cli("canary", "set", "m", "25", "--url", admin_gateway.url, "--admin-key", "bad")
     assert wrong.returncode == 1 and "401" in wrong.stderr

@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import openai
 
-from tests.servers import CliProcess
+from tests.servers import CliProcess, run_cli
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "tidegate.yaml"
 
 
-def tidegate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "router.cli", *args], check=False, capture_output=True, text=True, timeout=60
-    )
-
-
 def test_check_config_accepts_the_example():
-    done = tidegate("check-config", str(EXAMPLE))
+    done = run_cli("check-config", str(EXAMPLE))
     assert done.returncode == 0, done.stderr
     assert "model deepseek-v4-pro: policy dedicated_first" in done.stdout
     assert done.stdout.rstrip().endswith("OK")
@@ -33,7 +25,7 @@ def test_check_config_lists_every_problem_and_fails(tmp_path):
     bad.write_text(
         "listen: {port: x}\nmodels:\n  m:\n    policy: nope\n    dedicated: [{name: d, base_url: 'http://d/v1', model: y}]\n"
     )
-    done = tidegate("check-config", str(bad))
+    done = run_cli("check-config", str(bad))
     assert done.returncode == 1
     assert "listen.port: Input should be a valid integer" in done.stderr
     assert "models.m.dedicated[0].max_concurrency: Field required (found nothing)" in done.stderr
@@ -44,7 +36,7 @@ def test_check_config_reports_an_unknown_policy(tmp_path):
     bad.write_text(
         "models:\n  m:\n    policy: nope\n    serverless: [{name: s, base_url: 'http://s/v1', model: y}]\n"
     )
-    done = tidegate("check-config", str(bad))
+    done = run_cli("check-config", str(bad))
     assert done.returncode == 1
     assert "models.m.policy: unknown policy 'nope' (known: dedicated_first)" in done.stderr
 
@@ -84,7 +76,7 @@ def test_serve_in_front_of_sim_processes(tmp_path):
 def test_serve_refuses_a_bad_config_with_exit_2(tmp_path):
     config = tmp_path / "tidegate.yaml"
     config.write_text("models: {}\n")
-    done = tidegate("serve", "--config", str(config))
+    done = run_cli("serve", "--config", str(config))
     assert done.returncode == 2
     assert "at least one model" in done.stderr
 
