@@ -6,12 +6,11 @@ the admin API answers 403. Upstream API keys never appear in its output.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request
 
+from router.auth import KeyDigests, bearer_token
 from router.config import GatewayConfig, ModelConfig
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
 from router.state.base import StateStore
@@ -23,14 +22,13 @@ class AdminDisabled(ClientError):
 
 
 def admin_router(config: GatewayConfig, store: StateStore) -> APIRouter:
-    digest = hashlib.sha256(config.auth.admin_key.encode()).digest() if config.auth.admin_key else None
+    admin_key = KeyDigests([config.auth.admin_key])
 
     def require_admin(request: Request) -> None:
-        if digest is None:
+        if not admin_key:
             raise AdminDisabled("The admin API is disabled: set auth.admin_key to enable it.")
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        given = hashlib.sha256(token.strip().encode()).digest()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given, digest):
+        token = bearer_token(request)
+        if token is None or not admin_key.accepts(token):
             raise Unauthorized("A valid admin key is required: 'Authorization: Bearer ADMIN_KEY'.")
 
     router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])

@@ -6,8 +6,6 @@ path); the body is read once, with the configured size limit enforced while read
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 
 import anyio
@@ -17,9 +15,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from router.auth import ApiKeys
 from router.config import GatewayConfig
 from router.dispatch import Dispatcher, Reply
-from router.errors import InvalidRequest, PayloadTooLarge, Unauthorized
+from router.errors import InvalidRequest, PayloadTooLarge
 from router.state.base import StateStore
 
 PROXIED_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses")
@@ -45,24 +44,6 @@ class RelayResponse(StreamingResponse):
             if self._on_close is not None:
                 with anyio.CancelScope(shield=True):
                     await self._on_close()
-
-
-class ApiKeys:
-    """Client API keys, kept as SHA-256 digests and compared in constant time."""
-
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        self._digests = tuple(hashlib.sha256(k.encode()).digest() for k in keys)
-
-    def check(self, request: Request) -> None:
-        if not self._digests:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise Unauthorized("You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'.")
-        digest = hashlib.sha256(token.strip().encode()).digest()
-        if not any(hmac.compare_digest(digest, known) for known in self._digests):
-            raise Unauthorized("Incorrect API key provided.")
 
 
 def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, max_body: int) -> Route:

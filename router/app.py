@@ -21,6 +21,7 @@ from policies import registry
 from policies.base import Policy
 from router import api
 from router.admin import admin_router
+from router.auth import ApiKeys
 from router.config import ConfigError, GatewayConfig
 from router.dispatch import Dispatcher
 from router.errors import GatewayError, InvalidRequest, MethodNotAllowed, RouteNotFound, error_body
@@ -67,7 +68,7 @@ def create_app(
     upstream = Upstream(endpoints, transport)
     recorder = recorder or Recorder()
     dispatcher = Dispatcher(config, store, upstream, recorder, build_policies(config))
-    keys = api.ApiKeys(config.auth.api_keys)
+    keys = ApiKeys(config.auth.api_keys)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
