@@ -98,3 +98,16 @@ async def test_redis_unreachable_admits_nothing_and_reports_not_ready():
         assert await store.ping() is False
     finally:
         await store.close()
+
+
+async def test_redis_store_without_dedicated_pools_still_shares_the_canary(redis_url):
+    writer = RedisStore(redis_url, [])
+    reader = RedisStore(redis_url, [])
+    try:
+        await writer.set_canary("m", 40.0)
+        await reader.refresh()
+        assert reader.snapshot().canary_percent == {"m": 40.0}
+        assert reader.snapshot().in_flight == {}
+    finally:
+        await writer.close()
+        await reader.close()

@@ -27,9 +27,14 @@ from router.state.base import Lease, Snapshot
 
 log = logging.getLogger("tidegate.state")
 
-_ACQUIRE = """
+_NOW_MS = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+"""
+
+_ACQUIRE = (
+    _NOW_MS
+    + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
   return 0
@@ -38,26 +43,29 @@ redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[3]), ARGV[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
 return 1
 """
+)
 
-_RENEW = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+_RENEW = (
+    _NOW_MS
+    + """
 for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], 'XX', now_ms + tonumber(ARGV[1]), ARGV[i])
 end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return 1
 """
+)
 
-_COUNT = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+_COUNT = (
+    _NOW_MS
+    + """
 local counts = {}
 for i = 1, #KEYS do
   counts[i] = redis.call('ZCOUNT', KEYS[i], '(' .. now_ms, '+inf')
 end
 return counts
 """
+)
 
 
 class RedisStore:
@@ -120,11 +128,12 @@ class RedisStore:
         """Read every pool's live lease count and the canary overrides (one round trip).
         The snapshot's mappings are replaced, never mutated, so readers need no copy."""
         async with self._redis.pipeline(transaction=False) as pipe:
-            await self._count(keys=[self.key(p) for p in self._pools] or [self._canary_key], client=pipe)
             pipe.hgetall(self._canary_key)
-            counts, canary = await pipe.execute()
+            if self._pools:
+                await self._count(keys=[self.key(p) for p in self._pools], client=pipe)
+            canary, *counts = await pipe.execute()
         if self._pools:
-            self._in_flight = {p: int(c) for p, c in zip(self._pools, counts, strict=True)}
+            self._in_flight = dict(zip(self._pools, map(int, counts[0]), strict=True))
         self._canary = {k.decode(): float(v) for k, v in canary.items()}
 
     async def renew(self) -> None:
