@@ -79,10 +79,16 @@ def _canary_set(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
         return 1
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
     if response.status_code != 200:
-        print(f"{response.status_code}: {response.json().get('error', {}).get('message')}", file=sys.stderr)
+        error = body.get("error") if isinstance(body, dict) else None
+        message = error.get("message") if isinstance(error, dict) else response.text[:200]
+        print(f"{response.status_code}: {message}", file=sys.stderr)
         return 1
-    live, configured = response.json()["canary_percent"], response.json()["configured_canary_percent"]
+    live, configured = body["canary_percent"], body["configured_canary_percent"]
     print(f"{args.model}: canary {live:g}% (configured {configured:g}%)")
     return 0
 
