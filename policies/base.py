@@ -41,8 +41,12 @@ class RequestContext:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """`queue_ms` > 0 lets the dispatcher wait in line that long for the first target's slot
+    (a dedicated endpoint) before it spills to the next target."""
+
     targets: tuple[Endpoint, ...]
     reason: Reason
+    queue_ms: float = 0.0
 
 
 class Policy(Protocol):

@@ -1,8 +1,11 @@
-"""A policy built from steps: filters narrow the candidates, then a picker orders them.
+"""A policy built from steps: filters narrow the candidates, sorters reorder them, then a
+picker decides.
 
 Contract: a filter returns a non-empty subset of the candidates it was given (in their
 order) plus a reason when it removed something; the first filter reason wins over the
-picker's, because it explains why the preferred target was never considered.
+picker's, because it explains why the preferred target was never considered (except
+`saturated` from the picker, which says the remaining dedicated pool was full too). A sorter
+returns a permutation of its candidates.
 """
 
 from __future__ import annotations
@@ -21,9 +24,16 @@ class Filter(Protocol):
     ) -> tuple[tuple[Endpoint, ...], Reason | None]: ...
 
 
+class Sorter(Protocol):
+    def sort(
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
+    ) -> tuple[Endpoint, ...]: ...
+
+
 class Pipeline:
-    def __init__(self, filters: Sequence[Filter], picker: Policy) -> None:
+    def __init__(self, filters: Sequence[Filter], picker: Policy, sorters: Sequence[Sorter] = ()) -> None:
         self._filters = tuple(filters)
+        self._sorters = tuple(sorters)
         self._picker = picker
 
     def decide(
@@ -34,7 +44,9 @@ class Pipeline:
             kept, why = step.filter(context, snapshot, candidates)
             if kept and why is not None:
                 candidates, reason = kept, reason or why
+        for sorter in self._sorters:
+            candidates = sorter.sort(context, snapshot, candidates)
         decision = self._picker.decide(context, snapshot, candidates)
         if reason is None or decision.reason is Reason.SATURATED:
             return decision
-        return Decision(decision.targets, reason)
+        return Decision(decision.targets, reason, decision.queue_ms)

@@ -25,7 +25,9 @@ from router.auth import ApiKeys
 from router.config import ConfigError, GatewayConfig
 from router.dispatch import Dispatcher
 from router.errors import GatewayError, InvalidRequest, MethodNotAllowed, RouteNotFound, error_body
+from router.latency import route_key
 from router.records import Recorder
+from router.signals import Signals
 from router.state.base import StateStore
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
@@ -40,7 +42,7 @@ def build_policies(config: GatewayConfig) -> Mapping[str, Policy]:
     problems = []
     for name, model in config.models.items():
         try:
-            policies[name] = registry.build(model.policy)
+            policies[name] = registry.build(model.policy, model)
         except KeyError as exc:
             problems.append(f"models.{name}.policy: {exc.args[0]}")
     if problems:
@@ -50,10 +52,19 @@ def build_policies(config: GatewayConfig) -> Mapping[str, Policy]:
 
 def store_for(config: GatewayConfig) -> StateStore:
     """The store the config asks for: Redis when `state.redis_url` is set, else in-memory."""
-    if not config.state.redis_url:
-        return MemoryStore()
+    state = config.state
+    routes = [route_key(name, e.name) for name, model in config.models.items() for e in model.endpoints]
+    if not state.redis_url:
+        return MemoryStore(routes, window_s=state.window_s)
     pools = [d.name for model in config.models.values() for d in model.dedicated]
-    return RedisStore(config.state.redis_url, pools, lease_ttl_s=config.state.lease_ttl_s)
+    return RedisStore(
+        state.redis_url,
+        pools,
+        routes=routes,
+        lease_ttl_s=state.lease_ttl_s,
+        window_s=state.window_s,
+        retention_s=state.retention_s,
+    )
 
 
 def create_app(
@@ -67,21 +78,25 @@ def create_app(
     endpoints = [e for model in config.models.values() for e in model.endpoints]
     upstream = Upstream(endpoints, transport)
     recorder = recorder or Recorder()
-    dispatcher = Dispatcher(config, store, upstream, recorder, build_policies(config))
+    signals = Signals(config, store)
+    dispatcher = Dispatcher(config, store, upstream, recorder, build_policies(config), signals=signals)
     keys = ApiKeys(config.auth.api_keys)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.start()
+        await signals.start()
         try:
             yield
         finally:
+            await signals.close()
             await upstream.aclose()
             await store.close()
 
     app = FastAPI(title="tidegate", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.recorder = recorder
     app.state.store = store
+    app.state.signals = signals
     for path in api.PROXIED_PATHS:
         app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits.max_body_bytes))
     app.router.routes.append(api.models_route(config))

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -47,6 +47,8 @@ class ListenConfig(_Frozen):
 class StateConfig(_Frozen):
     redis_url: str = ""  # empty: the embedded in-memory store (one process only)
     lease_ttl_s: Annotated[float, Field(gt=0)] = 30.0  # a dead replica's slots free up after this
+    window_s: Annotated[float, Field(ge=10, le=3600)] = 60.0  # latency window policies read
+    retention_s: Annotated[float, Field(ge=60)] = 86400.0  # latency slices expire after this
 
 
 class AuthConfig(_Frozen):
@@ -72,6 +74,21 @@ class TimeoutsConfig(_Frozen):
     total_s: Annotated[float, Field(gt=0)] = 600.0
 
 
+class EngineSignalConfig(_Frozen):
+    """Poll a dedicated endpoint's vLLM `/metrics` and spill before its queue builds."""
+
+    metrics_url: Annotated[str, Field(pattern=r"^https?://")]
+    max_running: Annotated[int, Field(gt=0)] | None = None  # engine's max_num_seqs; None: max_concurrency
+    interval_s: Annotated[float, Field(gt=0)] = 1.0
+    stale_after_s: Annotated[float, Field(gt=0)] = 5.0
+    on_stale: Literal["spill", "trust_leases"] = "trust_leases"
+    waiting_on: Annotated[float, Field(ge=0)] = 1.0  # estimated waiting requests to start spilling
+    waiting_off: Annotated[float, Field(ge=0)] = 0.0  # ... and to stop
+    kv_cache_on: Annotated[float, Field(gt=0, le=1)] = 0.95  # KV cache usage fraction
+    kv_cache_off: Annotated[float, Field(gt=0, le=1)] = 0.85
+    dwell_s: Annotated[float, Field(ge=0)] = 2.0
+
+
 class EndpointConfig(_Frozen):
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")]
     base_url: Annotated[str, Field(pattern=r"^https?://")]
@@ -82,6 +99,7 @@ class EndpointConfig(_Frozen):
 
 class DedicatedEndpoint(EndpointConfig):
     max_concurrency: Annotated[int, Field(gt=0)]  # global across all replicas
+    engine_signal: EngineSignalConfig | None = None
     gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0
     gpus: Annotated[int, Field(gt=0)] = 1
 
@@ -103,7 +121,26 @@ Endpoint = DedicatedEndpoint | ServerlessEndpoint
 
 
 class SloConfig(_Frozen):
-    ttft_p95_ms: Annotated[float, Field(gt=0)] | None = None
+    """The SLO guard: spill new requests off a dedicated route whose windowed p95 TTFT is over
+    `ttft_p95_ms`; go back once it is at or under `recover_ratio` x that (or the window holds
+    fewer than `min_samples`), never changing state within `dwell_s` of the last change."""
+
+    ttft_p95_ms: Annotated[float, Field(gt=0)] | None = None  # None: no SLO guard
+    recover_ratio: Annotated[float, Field(gt=0, le=1)] = 0.8
+    min_samples: Annotated[int, Field(ge=1)] = 20
+    dwell_s: Annotated[float, Field(ge=0)] = 10.0
+
+
+class ServerlessOrder(StrEnum):
+    CONFIGURED = "configured"  # the order of the `serverless` list
+    FASTEST = "fastest"  # by live p95 TTFT and CV% (routes with min_samples), see policies/serverless.py
+
+
+class RoutingConfig(_Frozen):
+    serverless: ServerlessOrder = ServerlessOrder.CONFIGURED
+    min_samples: Annotated[int, Field(ge=1)] = 20  # before `fastest` trusts a route's figures
+    explore_percent: Annotated[float, Field(ge=0, le=100)] = 5.0  # keys sent to unmeasured routes
+    max_queue_ms: Annotated[float, Field(ge=0, le=10_000)] = 0.0  # wait for a dedicated slot; 0: spill
 
 
 class RetryConfig(_Frozen):
@@ -116,6 +153,7 @@ class ModelConfig(_Frozen):
     policy: str = "dedicated_first"  # a name from policies.registry
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
     slo: SloConfig = SloConfig()
+    routing: RoutingConfig = RoutingConfig()
     retry: RetryConfig = RetryConfig()
     dedicated: tuple[DedicatedEndpoint, ...] = ()
     serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order

@@ -20,9 +20,11 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from policies.base import Decision, Policy, Reason, RequestContext
 from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ModelConfig
 from router.errors import GatewayError, ModelNotFound, NoCapacity, UpstreamFailure, UpstreamStatus
+from router.latency import Metric, route_key
 from router.openai import RequestPeek, peek, upstream_body
 from router.records import Attempt, Measures, Outcome, Recorder
 from router.relay import StreamResult, Usage, relay_stream, usage_of_body
+from router.signals import Signals
 from router.state.base import Lease, StateStore
 from router.upstream import Upstream, response_headers
 
@@ -56,6 +58,8 @@ class _Job:
     cursor: int = 0
     attempts: list[Attempt] = field(default_factory=list)
     last_target: Endpoint | None = None
+    attempt_started: float = 0.0  # monotonic; the current attempt's request was sent after it
+    queue_ms: float = 0.0  # time spent waiting in line for a dedicated slot
 
 
 class Dispatcher:
@@ -66,9 +70,12 @@ class Dispatcher:
         upstream: Upstream,
         recorder: Recorder,
         policies: Mapping[str, Policy],
+        *,
+        signals: Signals | None = None,
     ) -> None:
         self._config = config
         self._store = store
+        self._signals = signals or Signals(config, store)
         self._upstream = upstream
         self._recorder = recorder
         self._policies = policies
@@ -83,7 +90,7 @@ class Dispatcher:
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
         context = RequestContext(request.model, config, request.stream, _stickiness(request, headers))
-        decision = self._policies[request.model].decide(context, self._store.snapshot(), config.endpoints)
+        decision = self._policies[request.model].decide(context, self._signals.snapshot(), config.endpoints)
         job = _Job(path, request, config, headers, received_at, decision, decision.reason)
         try:
             return await self._attempts(job)
@@ -104,7 +111,7 @@ class Dispatcher:
 
     async def _attempt(self, job: _Job) -> Reply:
         target, lease = await self._admit(job)
-        started = time.monotonic()
+        started = job.attempt_started = time.monotonic()
         body = upstream_body(job.request, target.model, ask_usage=job.path in _DONE_TERMINATED)
         try:
             response = await self._upstream.open(target, job.path, body, job.headers)
@@ -133,12 +140,23 @@ class Dispatcher:
             if not isinstance(target, DedicatedEndpoint):
                 self._note_target(job, target, step)
                 return target, None
-            lease = await self._store.try_acquire(target.name, target.max_concurrency)
+            lease = await self._acquire(job, target, first=step == 0 and not job.attempts)
             if lease is not None:
+                self._signals.dispatched(target.name)
                 self._note_target(job, target, step)
                 return target, lease
             job.reason = Reason.SATURATED
         raise NoCapacity(f"every dedicated endpoint of {job.request.model} is at capacity")
+
+    async def _acquire(self, job: _Job, target: DedicatedEndpoint, *, first: bool) -> Lease | None:
+        """A slot on `target`; the first try may wait in line as long as the policy allowed."""
+        wait_s = job.decision.queue_ms / 1000.0 if first else 0.0
+        if wait_s <= 0:
+            return await self._store.try_acquire(target.name, target.max_concurrency)
+        started = time.monotonic()
+        lease = await self._store.try_acquire(target.name, target.max_concurrency, wait_s)
+        job.queue_ms = _ms(started)
+        return lease
 
     def _note_target(self, job: _Job, target: Endpoint, skipped: int) -> None:
         job.cursor += skipped
@@ -180,7 +198,12 @@ class Dispatcher:
 
     def _record_body(self, job: _Job, target: Endpoint, reply: Reply) -> None:
         usage = usage_of_body(reply.body) or Usage()
-        self._record(job, target, reply.status, Measures(None, usage.input_tokens, usage.output_tokens))
+        if reply.status < 400:
+            self._store.observe(
+                route_key(job.request.model, target.name), Metric.E2E, _ms(job.attempt_started)
+            )
+        measures = Measures(None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms)
+        self._record(job, target, reply.status, measures)
 
     def _record_stream(self, job: _Job, target: Endpoint, status: int, result: StreamResult) -> None:
         usage = result.usage or Usage()
@@ -190,9 +213,20 @@ class Dispatcher:
         elif not result.completed:
             error = "client_gone"
         ttft = (result.first_token_at - job.received_at) * 1000 if result.first_token_at else None
+        self._observe_stream(job, target, result, served=error is None)
         estimated = usage.output_tokens is None
         output = result.output_events if estimated else usage.output_tokens
-        self._record(job, target, status, Measures(ttft, usage.input_tokens, output, error, estimated))
+        measures = Measures(ttft, usage.input_tokens, output, error, estimated, job.queue_ms)
+        self._record(job, target, status, measures)
+
+    def _observe_stream(self, job: _Job, target: Endpoint, result: StreamResult, *, served: bool) -> None:
+        """The route's own latency: from this attempt's request, not from the client's (a
+        failover's earlier attempts and the wait in line are not the route's doing)."""
+        route = route_key(job.request.model, target.name)
+        if result.first_token_at:
+            self._store.observe(route, Metric.TTFT, (result.first_token_at - job.attempt_started) * 1000)
+        if served:
+            self._store.observe(route, Metric.E2E, _ms(job.attempt_started))
 
     def _failed(self, job: _Job, exc: UpstreamFailure) -> Reply:
         target = job.last_target
@@ -231,6 +265,7 @@ class Dispatcher:
 
     async def _release(self, lease: Lease | None) -> None:
         if lease is not None:
+            self._signals.completed(lease.pool)
             await self._store.release(lease)
 
     def _wait(self, job: _Job, state: RetryCallState) -> float:

@@ -31,6 +31,7 @@ class Measures:
     output_tokens: int | None = None
     error: str | None = None  # None: served in full
     tokens_estimated: bool = False  # the upstream sent no usage; output counted from events
+    queue_ms: float = 0.0  # waited in line for a dedicated slot
 
 
 @dataclass(frozen=True, slots=True)

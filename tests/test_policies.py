@@ -13,7 +13,8 @@ D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concur
 D2 = DedicatedEndpoint(name="d2", base_url="http://d2/v1", model="x", max_concurrency=1)
 S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
 S2 = ServerlessEndpoint(name="s2", base_url="http://s2/v1", model="x")
-CONTEXT = RequestContext("m", ModelConfig(serverless=(S1,)), stream=False, stickiness_key=None)
+MODEL = ModelConfig(serverless=(S1,))
+CONTEXT = RequestContext("m", MODEL, stream=False, stickiness_key=None)
 
 
 @pytest.mark.parametrize(
@@ -29,7 +30,7 @@ CONTEXT = RequestContext("m", ModelConfig(serverless=(S1,)), stream=False, stick
     ],
 )
 def test_dedicated_first(candidates, in_flight, targets, reason):
-    decision = registry.build("dedicated_first").decide(
+    decision = registry.build("dedicated_first", MODEL).decide(
         CONTEXT, Snapshot(now=0.0, in_flight=in_flight), candidates
     )
     assert decision.targets == targets
@@ -38,7 +39,7 @@ def test_dedicated_first(candidates, in_flight, targets, reason):
 
 def test_unknown_policy_names_the_known_ones():
     with pytest.raises(KeyError, match="known: dedicated_first"):
-        registry.build("fastest-ever")
+        registry.build("fastest-ever", MODEL)
 
 
 def canary_context(key: str, percent: float) -> RequestContext:
@@ -52,7 +53,7 @@ KEYS = [f"user-{i}" for i in range(2000)]
 
 @pytest.mark.parametrize(("percent", "low", "high"), [(0, 0, 0), (30, 0.27, 0.33), (100, 1, 1)])
 def test_canary_sends_its_share_of_keys_to_dedicated(percent, low, high):
-    policy = registry.build("dedicated_first")
+    policy = registry.build("dedicated_first", MODEL)
     decisions = [policy.decide(canary_context(k, percent), Snapshot(now=0.0), (D1, S1)) for k in KEYS]
     on_dedicated = sum(d.targets[0] is D1 for d in decisions) / len(KEYS)
     assert low <= on_dedicated <= high
@@ -60,7 +61,7 @@ def test_canary_sends_its_share_of_keys_to_dedicated(percent, low, high):
 
 
 def test_raising_the_canary_never_moves_a_key_off_dedicated():
-    policy = registry.build("dedicated_first")
+    policy = registry.build("dedicated_first", MODEL)
     eligible_before = set()
     for percent in (5, 25, 50, 75):
         now = {
@@ -73,11 +74,11 @@ def test_raising_the_canary_never_moves_a_key_off_dedicated():
 
 
 def test_live_canary_override_in_the_snapshot_wins_over_config():
-    policy = registry.build("dedicated_first")
+    policy = registry.build("dedicated_first", MODEL)
     decision = policy.decide(canary_context("k", 100), Snapshot(0.0, canary_percent={"m": 0}), (D1, S1))
     assert (decision.targets, decision.reason) == ((S1,), Reason.CANARY_OUT)
 
 
 def test_canary_keeps_dedicated_when_there_is_nowhere_else():
-    decision = registry.build("dedicated_first").decide(canary_context("k", 0), Snapshot(0.0), (D1,))
+    decision = registry.build("dedicated_first", MODEL).decide(canary_context("k", 0), Snapshot(0.0), (D1,))
     assert (decision.targets, decision.reason) == ((D1,), Reason.BASELINE)

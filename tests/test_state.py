@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from router.latency import Metric
 from router.state.base import StateStore
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
@@ -15,10 +16,10 @@ from router.state.redis import RedisStore
 @pytest.fixture(params=["memory", "redis"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
     if request.param == "memory":
-        made: StateStore = MemoryStore()
+        made: StateStore = MemoryStore(["m/a"])
     else:
         url = request.getfixturevalue("redis_url")
-        made = RedisStore(url, ["p", "q"], lease_ttl_s=30.0, refresh_s=0.05)
+        made = RedisStore(url, ["p", "q"], routes=["m/a"], lease_ttl_s=30.0, refresh_s=0.05, flush_s=0.05)
     await made.start()
     try:
         yield made
@@ -56,6 +57,83 @@ async def test_snapshot_reports_leases_held(store):
     while store.snapshot().in_flight.get("p") != 3:
         assert asyncio.get_running_loop().time() < deadline, store.snapshot()
         await asyncio.sleep(0.01)
+
+
+async def poll(check, what: str, timeout_s: float = 5.0):
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (result := check()):
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.01)
+    return result
+
+
+async def test_waiters_are_admitted_in_arrival_order(store):
+    holder = await store.try_acquire("p", 1)
+    assert holder is not None
+    order: list[int] = []
+
+    async def wait_in_line(i: int) -> None:
+        lease = await store.try_acquire("p", 1, wait_s=10.0)
+        assert lease is not None
+        order.append(i)
+        await store.release(lease)
+
+    waiters = []
+    for i in range(4):
+        waiters.append(asyncio.create_task(wait_in_line(i)))
+        await poll(lambda i=i: store.snapshot().waiting.get("p", 0) == i + 1, f"waiter {i} queued")
+    await store.release(holder)
+    await asyncio.wait_for(asyncio.gather(*waiters), 10)
+    assert order == [0, 1, 2, 3]
+
+
+async def test_a_newcomer_does_not_jump_the_line(store):
+    holder = await store.try_acquire("p", 1)
+    waiter = asyncio.create_task(store.try_acquire("p", 1, wait_s=10.0))
+    await poll(lambda: store.snapshot().waiting.get("p") == 1, "waiter queued")
+    await store.release(holder)
+    # the slot is free, but it is the waiter's: a newcomer without patience gets nothing
+    newcomer = await store.try_acquire("p", 1)
+    lease = await asyncio.wait_for(waiter, 10)
+    assert lease is not None
+    assert newcomer is None
+
+
+async def test_a_wait_ends_empty_handed_at_its_deadline_and_leaves_the_line(store):
+    assert await store.try_acquire("p", 1) is not None
+    assert await store.try_acquire("p", 1, wait_s=0.05) is None
+    await poll(lambda: store.snapshot().waiting.get("p", 0) == 0, "line empty again")
+
+
+async def test_a_cancelled_waiter_leaves_the_line_and_holds_no_slot(store):
+    holder = await store.try_acquire("p", 1)
+    waiter = asyncio.create_task(store.try_acquire("p", 1, wait_s=10.0))
+    await poll(lambda: store.snapshot().waiting.get("p") == 1, "waiter queued")
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    # well before a forgotten waiter would go stale (1 s): the line must be empty already
+    await poll(lambda: store.snapshot().waiting.get("p", 0) == 0, "cancelled waiter left", 0.5)
+    await store.release(holder)
+    assert await store.try_acquire("p", 1) is not None
+
+
+async def test_observed_latency_reaches_the_window_figures(store):
+    for value in (100.0, 200.0, 300.0, 400.0):
+        store.observe("m/a", Metric.TTFT, value)
+    store.observe("m/a", Metric.E2E, 1000.0)
+
+    async def settled() -> bool:
+        windows = await store.latency_window(["m/a"], Metric.TTFT, 60)
+        return windows["m/a"].samples == 4
+
+    deadline = asyncio.get_running_loop().time() + 5
+    while not await settled():
+        assert asyncio.get_running_loop().time() < deadline, "samples never reached the store"
+        await asyncio.sleep(0.02)
+    figures = await poll(lambda: store.snapshot().ttft.get("m/a"), "figures in the snapshot")
+    assert figures.samples == 4
+    assert figures.mean == 250.0
+    assert store.snapshot().e2e["m/a"].samples == 1
 
 
 async def test_ping(store):
@@ -111,3 +189,38 @@ async def test_redis_store_without_dedicated_pools_still_shares_the_canary(redis
     finally:
         await writer.close()
         await reader.close()
+
+
+async def test_redis_latency_merges_samples_from_every_replica(redis_url):
+    a = RedisStore(redis_url, [], routes=["m/a"])
+    b = RedisStore(redis_url, [], routes=["m/a"])
+    try:
+        for v in range(1, 101):
+            (a if v % 2 else b).observe("m/a", Metric.TTFT, float(v))
+        await a.flush()
+        await b.flush()
+        merged = (await a.latency_window(["m/a"], Metric.TTFT, 60))["m/a"]
+        figures = merged.figures()
+        assert figures is not None
+        assert figures.samples == 100
+        assert abs(figures.p95 - 95) <= 0.02 * 95
+        assert figures.mean == 50.5
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_redis_drops_a_waiter_whose_replica_stopped_polling(redis_url):
+    dead = RedisStore(redis_url, ["p"])
+    alive = RedisStore(redis_url, ["p"])
+    try:
+        holder = await alive.try_acquire("p", 1)
+        # a waiter that joins the line once and then never polls again (its replica died)
+        keys = dead._line_keys("p")
+        assert not await dead._acquire(keys=keys, args=[1, "ghost", 30000, "1", 1000])
+        await alive.release(holder)
+        lease = await alive.try_acquire("p", 1, wait_s=5.0)
+        assert lease is not None  # admitted once the ghost went stale, not stuck behind it
+    finally:
+        await dead.close()
+        await alive.close()

@@ -1,19 +1,25 @@
 """The state-store seam: admission slots on dedicated pools and the snapshot policies read.
 
 Contract, for every implementation:
-- `try_acquire(pool, capacity)` is atomic: no interleaving of calls, from any number of
-  tasks, processes or replicas sharing the store, holds more than `capacity` leases on
-  `pool` at once. It returns None when the pool is full; it never waits.
+- `try_acquire(pool, capacity, wait_s)` is atomic: no interleaving of calls, from any number
+  of tasks, processes or replicas sharing the store, holds more than `capacity` leases on
+  `pool` at once. Admission is FIFO: a caller never takes a slot ahead of a caller already
+  waiting for that pool. With `wait_s == 0` it returns None at once when the pool is full;
+  otherwise it waits in line up to `wait_s` seconds, then returns None.
 - `release(lease)` is idempotent and never raises for a lease that is already gone.
 - `snapshot()` is cheap enough for every request (no I/O on the request path); its
   figures may lag the truth by the store's refresh interval.
+- `observe(route, metric, value_ms)` does no I/O: samples are merged into the shared latency
+  histograms in the background (at least every second).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from router.latency import Figures, Histogram, Metric
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,20 +33,35 @@ class Lease:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the store knows now. `now` is a monotonic time in seconds; `in_flight` maps a
-    dedicated pool name to the leases held on it across every process sharing the store;
-    `canary_percent` holds the live canary overrides set through the admin API."""
+    dedicated pool name to the leases held on it across every process sharing the store and
+    `waiting` to the requests in line for one; `canary_percent` holds the live canary
+    overrides set through the admin API; `ttft` and `e2e` hold each route's figures over the
+    latency window (routes with no samples are absent). The last two sets are verdicts the
+    gateway's signal loop adds (see router/signals.py), by route key and by pool name."""
 
     now: float
     in_flight: Mapping[str, int] = field(default_factory=dict)
+    waiting: Mapping[str, int] = field(default_factory=dict)
     canary_percent: Mapping[str, float] = field(default_factory=dict)  # model -> live override
+    ttft: Mapping[str, Figures] = field(default_factory=dict)  # route key -> figures
+    e2e: Mapping[str, Figures] = field(default_factory=dict)
+    slo_breached: frozenset[str] = frozenset()  # route keys over their SLO (with hysteresis)
+    engine_saturated: frozenset[str] = frozenset()  # pools whose engine says stop dispatching
 
 
 class StateStore(Protocol):
     name: str
 
-    async def try_acquire(self, pool: str, capacity: int) -> Lease | None: ...
+    async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None: ...
 
     async def release(self, lease: Lease) -> None: ...
+
+    def observe(self, route: str, metric: Metric, value_ms: float) -> None: ...
+
+    async def latency_window(
+        self, routes: Sequence[str], metric: Metric, window_s: float
+    ) -> dict[str, Histogram]:
+        """Each route's merged histogram over the last `window_s` seconds, from every process."""
 
     def snapshot(self) -> Snapshot: ...
 

@@ -2,49 +2,126 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Sequence
 
+from router.latency import Histogram, LatencyBook, Metric, figures_by_route
 from router.state.base import Lease, Snapshot
+
+_REFRESH_S = 1.0
 
 
 class MemoryStore:
-    """Slots are plain counters; atomic because the event loop runs one task at a time."""
+    """Slots are plain counters, atomic because the event loop runs one task at a time.
+    Waiters queue FIFO per pool; a release hands the slot straight to the first in line."""
 
     name = "memory"
 
-    def __init__(self) -> None:
+    def __init__(self, routes: Sequence[str] = (), *, window_s: float = 60.0) -> None:
         self._held: defaultdict[str, set[str]] = defaultdict(set)
+        self._capacity: dict[str, int] = {}
+        self._queues: defaultdict[str, deque[asyncio.Future[Lease]]] = defaultdict(deque)
         self._tokens = itertools.count()
         self._canary: dict[str, float] = {}
+        self._book = LatencyBook()
+        self._routes = tuple(routes)
+        self._window_s = window_s
+        self._figures = Snapshot(now=0.0)
+        self._task: asyncio.Task[None] | None = None
 
-    async def try_acquire(self, pool: str, capacity: int) -> Lease | None:
-        held = self._held[pool]
-        if len(held) >= capacity:
+    async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None:
+        self._capacity[pool] = capacity
+        queue = self._queues[pool]
+        if len(self._held[pool]) < capacity and not queue:
+            return self._grant(pool)
+        if wait_s <= 0:
             return None
+        waiter: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+        queue.append(waiter)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), wait_s)
+        except TimeoutError:
+            return waiter.result() if waiter.done() else None  # granted right at the deadline
+        except asyncio.CancelledError:
+            if waiter.done():
+                self._release(waiter.result())
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                queue.remove(waiter)
+            waiter.cancel()
+
+    def _grant(self, pool: str) -> Lease:
         token = str(next(self._tokens))
-        held.add(token)
+        self._held[pool].add(token)
         return Lease(pool, token)
 
     async def release(self, lease: Lease) -> None:
-        self._held[lease.pool].discard(lease.token)
+        self._release(lease)
+
+    def _release(self, lease: Lease) -> None:
+        held = self._held[lease.pool]
+        if lease.token not in held:
+            return
+        held.discard(lease.token)
+        queue = self._queues[lease.pool]
+        while queue and len(held) < self._capacity.get(lease.pool, 0):
+            waiter = queue.popleft()
+            if not waiter.done():
+                waiter.set_result(self._grant(lease.pool))
+
+    def observe(self, route: str, metric: Metric, value_ms: float) -> None:
+        self._book.observe(route, metric, value_ms, time.time())
+
+    async def latency_window(
+        self, routes: Sequence[str], metric: Metric, window_s: float
+    ) -> dict[str, Histogram]:
+        wall = time.time()
+        return {route: self._book.window(route, metric, wall, window_s) for route in routes}
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
             now=time.monotonic(),
             in_flight={pool: len(held) for pool, held in self._held.items()},
+            waiting={pool: len(queue) for pool, queue in self._queues.items()},
             canary_percent=dict(self._canary),
+            ttft=self._figures.ttft,
+            e2e=self._figures.e2e,
+        )
+
+    async def refresh(self) -> None:
+        """Recompute the windowed figures and drop slices older than the window."""
+        wall = time.time()
+        self._book.forget_before(wall - self._window_s - 60)
+        ttft = await self.latency_window(self._routes, Metric.TTFT, self._window_s)
+        e2e = await self.latency_window(self._routes, Metric.E2E, self._window_s)
+        self._figures = Snapshot(
+            now=time.monotonic(), ttft=figures_by_route(ttft.items()), e2e=figures_by_route(e2e.items())
         )
 
     async def set_canary(self, model: str, percent: float) -> None:
         self._canary[model] = percent
 
     async def start(self) -> None:
-        return None
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._refresh_forever())
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(_REFRESH_S)
 
     async def ping(self) -> bool:
         return True
 
     async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
         self._held.clear()

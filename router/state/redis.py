@@ -2,13 +2,23 @@
 
 Each dedicated pool is a sorted set `tidegate:slots:{pool}` of lease tokens scored by their
 expiry (Redis server time, ms). Acquire is one Lua script: drop expired leases, then add one
-if fewer than `capacity` remain. A replica renews the leases it holds every `ttl / 3`, so a
-replica killed with SIGKILL leaks its slots for at most `lease_ttl_s`.
+if fewer than `capacity` remain and nobody waits ahead. A replica renews the leases it holds
+every `ttl / 3`, so a replica killed with SIGKILL leaks its slots for at most `lease_ttl_s`.
+
+Waiting for a slot (`wait_s > 0`) is a line shared by every replica: `...:queue:{pool}` holds
+waiters by arrival time, `...:seen:{pool}` the time each last polled. A waiter polls every
+`_POLL_S` (and at once when this process releases a slot of the pool); one that has not
+polled for `_WAITER_STALE_MS` (its replica died) is dropped from the line by the next acquire.
+
+Latency samples are buffered in-process and merged into Redis in the background every
+`flush_s` (HINCRBY into `...:lat:{route}:{metric}:{slice}` hashes, see router/latency.py),
+so recording adds no round trip to a request. Each slice expires after `retention_s`.
 
 On the request path Redis costs exactly two round trips: the acquire and the release.
-`snapshot()` reads a copy of the pool counts that a background task refreshes every
-`refresh_s`. Redis errors never reach the request: an acquire that cannot reach Redis admits
-nothing (the request spills), a release that cannot reach Redis is left to the lease TTL.
+`snapshot()` reads copies that background tasks refresh (pool counts every `refresh_s`,
+latency figures every second). Redis errors never reach the request: an acquire that cannot
+reach Redis admits nothing (the request spills), a release that cannot reach Redis is left
+to the lease TTL, and samples that cannot be flushed are dropped with a warning.
 """
 
 from __future__ import annotations
@@ -18,11 +28,13 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from router.latency import Histogram, LatencyBook, Metric, figures_by_route, slices_in_window
 from router.state.base import Lease, Snapshot
 
 log = logging.getLogger("tidegate.state")
@@ -32,16 +44,38 @@ local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 """
 
+# KEYS: slots, queue, seen. ARGV: capacity, token, ttl_ms, wait (1: join or stay in line),
+# stale_ms. Returns 1 when admitted.
 _ACQUIRE = (
     _NOW_MS
     + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
-  return 0
+local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms - tonumber(ARGV[5]))
+for i = 1, #stale do
+  redis.call('ZREM', KEYS[2], stale[i])
+  redis.call('ZREM', KEYS[3], stale[i])
 end
-redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[3]), ARGV[2])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
-return 1
+local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
+local rank = redis.call('ZRANK', KEYS[2], ARGV[2])
+local ahead = rank or redis.call('ZCARD', KEYS[2])
+if free > ahead then
+  redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[3]), ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
+  if rank then
+    redis.call('ZREM', KEYS[2], ARGV[2])
+    redis.call('ZREM', KEYS[3], ARGV[2])
+  end
+  return 1
+end
+if ARGV[4] == '1' then
+  if not rank then
+    redis.call('ZADD', KEYS[2], now_ms, ARGV[2])
+  end
+  redis.call('ZADD', KEYS[3], now_ms, ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], 60000)
+  redis.call('PEXPIRE', KEYS[3], 60000)
+end
+return 0
 """
 )
 
@@ -56,16 +90,21 @@ return 1
 """
 )
 
+# KEYS: slots and queue of each pool, alternating. Returns live leases and waiters, alternating.
 _COUNT = (
     _NOW_MS
     + """
 local counts = {}
-for i = 1, #KEYS do
+for i = 1, #KEYS, 2 do
   counts[i] = redis.call('ZCOUNT', KEYS[i], '(' .. now_ms, '+inf')
+  counts[i + 1] = redis.call('ZCARD', KEYS[i + 1])
 end
 return counts
 """
 )
+
+_POLL_S = 0.01
+_WAITER_STALE_MS = 1000
 
 
 class RedisStore:
@@ -76,39 +115,94 @@ class RedisStore:
         url: str,
         pools: Iterable[str],
         *,
+        routes: Iterable[str] = (),
         lease_ttl_s: float = 30.0,
         refresh_s: float = 0.2,
+        flush_s: float = 0.5,
+        window_s: float = 60.0,
+        retention_s: float = 86400.0,
         prefix: str = "tidegate",
     ) -> None:
         self._redis: Redis = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
         self._pools = sorted(set(pools))
+        self._routes = sorted(set(routes))
         self._ttl_ms = int(lease_ttl_s * 1000)
         self._refresh_s = refresh_s
+        self._flush_s = flush_s
+        self._window_s = window_s
+        self._retention_s = int(retention_s)
         self._prefix = prefix
         self._canary_key = f"{prefix}:canary"
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._renew = self._redis.register_script(_RENEW)
         self._count = self._redis.register_script(_COUNT)
         self._held: dict[str, set[str]] = {}
-        self._in_flight: dict[str, int] = {}
-        self._canary: dict[str, float] = {}
+        self._released: dict[str, asyncio.Event] = {}
+        self._book = LatencyBook()
+        self._snapshot = Snapshot(now=0.0)
         self._tasks: list[asyncio.Task[None]] = []
+        self._cleanups: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
 
     def key(self, pool: str) -> str:
         return f"{self._prefix}:slots:{{{pool}}}"
 
-    async def try_acquire(self, pool: str, capacity: int) -> Lease | None:
+    def _line_keys(self, pool: str) -> list[str]:
+        return [self.key(pool), f"{self._prefix}:queue:{{{pool}}}", f"{self._prefix}:seen:{{{pool}}}"]
+
+    def latency_key(self, route: str, metric: Metric, start: int) -> str:
+        return f"{self._prefix}:lat:{route}:{metric.value}:{start}"
+
+    async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None:
         token = uuid.uuid4().hex
+        keys = self._line_keys(pool)
+        deadline = time.monotonic() + wait_s
+        wait = "1" if wait_s > 0 else "0"
         try:
-            admitted = await self._acquire(keys=[self.key(pool)], args=[capacity, token, self._ttl_ms])
+            while not await self._acquire(
+                keys=keys, args=[capacity, token, self._ttl_ms, wait, _WAITER_STALE_MS]
+            ):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    await self._leave_line(keys, token, wait_s)
+                    return None
+                await self._pause(pool, min(_POLL_S, remaining))
         except RedisError as exc:
             log.warning("state store: acquire on %s failed, spilling: %s", pool, exc)
             return None
-        if not admitted:
-            return None
+        except asyncio.CancelledError:
+            self._forget_later(keys, token)
+            raise
         self._held.setdefault(pool, set()).add(token)
         return Lease(pool, token)
+
+    async def _leave_line(self, keys: list[str], token: str, wait_s: float) -> None:
+        if wait_s > 0:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(keys[1], token)
+                pipe.zrem(keys[2], token)
+                await pipe.execute()
+
+    def _forget_later(self, keys: list[str], token: str) -> None:
+        """A cancelled acquire may have been admitted or queued in Redis: remove the token
+        from the slots and the line in the background (the cancelled task cannot wait)."""
+
+        async def forget() -> None:
+            with contextlib.suppress(RedisError):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for key in keys:
+                        pipe.zrem(key, token)
+                    await pipe.execute()
+
+        task = asyncio.get_running_loop().create_task(forget())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def _pause(self, pool: str, seconds: float) -> None:
+        """Sleep until the next poll, or less if this process releases a slot of the pool."""
+        released = self._released.setdefault(pool, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(released.wait(), seconds)
 
     async def release(self, lease: Lease) -> None:
         self._held.get(lease.pool, set()).discard(lease.token)
@@ -116,25 +210,89 @@ class RedisStore:
             await self._redis.zrem(self.key(lease.pool), lease.token)
         except RedisError as exc:
             log.warning("state store: release on %s failed, the lease will expire: %s", lease.pool, exc)
+        released = self._released.pop(lease.pool, None)
+        if released is not None:
+            released.set()
+
+    def observe(self, route: str, metric: Metric, value_ms: float) -> None:
+        self._book.observe(route, metric, value_ms, time.time())
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(now=time.monotonic(), in_flight=self._in_flight, canary_percent=self._canary)
+        return replace(self._snapshot, now=time.monotonic())
 
     async def set_canary(self, model: str, percent: float) -> None:
         await self._redis.hset(self._canary_key, model, str(percent))
-        self._canary = {**self._canary, model: percent}
+        self._snapshot = replace(
+            self._snapshot, canary_percent={**self._snapshot.canary_percent, model: percent}
+        )
 
     async def refresh(self) -> None:
-        """Read every pool's live lease count and the canary overrides (one round trip).
-        The snapshot's mappings are replaced, never mutated, so readers need no copy."""
+        """Read every pool's live lease and waiter counts and the canary overrides (one round
+        trip). The snapshot is replaced, never mutated, so readers need no copy."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self._canary_key)
             if self._pools:
-                await self._count(keys=[self.key(p) for p in self._pools], client=pipe)
+                keys = [k for p in self._pools for k in self._line_keys(p)[:2]]
+                await self._count(keys=keys, client=pipe)
             canary, *counts = await pipe.execute()
+        in_flight, waiting = self._snapshot.in_flight, self._snapshot.waiting
         if self._pools:
-            self._in_flight = dict(zip(self._pools, map(int, counts[0]), strict=True))
-        self._canary = {k.decode(): float(v) for k, v in canary.items()}
+            numbers = [int(n) for n in counts[0]]
+            in_flight = dict(zip(self._pools, numbers[0::2], strict=True))
+            waiting = dict(zip(self._pools, numbers[1::2], strict=True))
+        self._snapshot = replace(
+            self._snapshot,
+            in_flight=in_flight,
+            waiting=waiting,
+            canary_percent={k.decode(): float(v) for k, v in canary.items()},
+        )
+
+    async def refresh_latency(self) -> None:
+        """Recompute every route's windowed figures from the merged slices in Redis."""
+        ttft = await self.latency_window(self._routes, Metric.TTFT, self._window_s)
+        e2e = await self.latency_window(self._routes, Metric.E2E, self._window_s)
+        self._snapshot = replace(
+            self._snapshot, ttft=figures_by_route(ttft.items()), e2e=figures_by_route(e2e.items())
+        )
+
+    async def latency_window(
+        self, routes: Sequence[str], metric: Metric, window_s: float
+    ) -> dict[str, Histogram]:
+        starts = slices_in_window(time.time(), window_s)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for route in routes:
+                for start in starts:
+                    pipe.hgetall(self.latency_key(route, metric, start))
+            replies = await pipe.execute()
+        windows: dict[str, Histogram] = {}
+        per_route = len(starts)
+        for i, route in enumerate(routes):
+            merged = Histogram()
+            for fields in replies[i * per_route : (i + 1) * per_route]:
+                merged.merge(Histogram.from_fields(fields))
+            windows[route] = merged
+        return windows
+
+    async def flush(self) -> None:
+        """Merge the buffered samples into Redis (one round trip); on failure they are lost,
+        counted in the warning, rather than piling up while Redis is away."""
+        slices = self._book.drain()
+        if not slices:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for (route, metric, start), histogram in slices.items():
+                key = self.latency_key(route, metric, start)
+                for bucket, count in histogram.counts.items():
+                    pipe.hincrby(key, str(bucket), count)
+                pipe.hincrbyfloat(key, Histogram.SUM_FIELD, histogram.total)
+                pipe.hincrbyfloat(key, Histogram.SQUARES_FIELD, histogram.total_sq)
+                pipe.expire(key, self._retention_s)
+            try:
+                await pipe.execute()
+            except RedisError:
+                lost = sum(h.samples for h in slices.values())
+                log.warning("state store: %d latency samples dropped, Redis unreachable", lost)
+                raise
 
     async def renew(self) -> None:
         """Push the expiry of every lease this process holds (one round trip)."""
@@ -151,8 +309,11 @@ class RedisStore:
             return False
 
     async def close(self) -> None:
-        """Stop the background work (bounded: a task stuck in I/O is abandoned after 2 s)."""
+        """Flush what is buffered, then stop the background work (bounded: a task stuck in
+        I/O is abandoned after 2 s)."""
         self._stopping.set()
+        with contextlib.suppress(RedisError, TimeoutError):
+            await asyncio.wait_for(self.flush(), 1.0)
         for task in self._tasks:
             task.cancel()
         if self._tasks:
@@ -161,13 +322,15 @@ class RedisStore:
         await self._redis.aclose()
 
     async def start(self) -> None:
-        """Start the snapshot refresh and lease renewal; call once, inside the event loop."""
+        """Start refresh, renewal and flushing; call once, inside the event loop."""
         if self._tasks:
             return
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self._refresh_s, self.refresh)),
             loop.create_task(self._every(self._ttl_ms / 3000, self.renew)),
+            loop.create_task(self._every(self._flush_s, self.flush)),
+            loop.create_task(self._every(1.0, self.refresh_latency)),
         ]
 
     async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:

@@ -1,0 +1,47 @@
+"""SLO guard: spill new requests off a dedicated route whose windowed p95 TTFT breaks the
+model's `slo.ttft_p95_ms` (`slo_breach`), until it recovers.
+
+The verdict is a latch (policies/hysteresis.py): on when the p95 over the latency window is
+over the SLO, off when it is at or under `recover_ratio` x SLO, or when the window holds fewer
+than `min_samples` (the breached route gets no new traffic, so its slow samples age out of the
+window and the route is tried again: that is the probe). The gateway's signal loop steps the
+latches (router/signals.py) and puts the breached routes in the snapshot; the filter only
+reads them.
+"""
+
+from __future__ import annotations
+
+from policies.base import Reason, RequestContext
+from policies.hysteresis import Latch, Thresholds
+from router.config import DedicatedEndpoint, Endpoint, SloConfig
+from router.latency import Figures, route_key
+from router.state.base import Snapshot
+
+
+def slo_step(latch: Latch, figures: Figures | None, slo: SloConfig, now: float) -> Latch:
+    """The route's breach latch after seeing its windowed TTFT figures at `now`."""
+    if slo.ttft_p95_ms is None:
+        return Latch()
+    p95 = figures.p95 if figures is not None and figures.samples >= slo.min_samples else None
+    thresholds = Thresholds(slo.ttft_p95_ms, slo.ttft_p95_ms * slo.recover_ratio, slo.dwell_s)
+    return thresholds.step(latch, p95, now)
+
+
+class SloGuard:
+    """A filter: removes dedicated candidates whose route is in breach (`slo_breach`)."""
+
+    def filter(
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
+    ) -> tuple[tuple[Endpoint, ...], Reason | None]:
+        if not snapshot.slo_breached:
+            return candidates, None
+        kept = tuple(
+            c
+            for c in candidates
+            if not (
+                isinstance(c, DedicatedEndpoint) and route_key(context.model, c.name) in snapshot.slo_breached
+            )
+        )
+        if len(kept) == len(candidates) or not kept:
+            return candidates, None
+        return kept, Reason.SLO_BREACH

@@ -1,0 +1,162 @@
+"""Latency histograms that merge across processes: log buckets per route, metric and time slice.
+
+A value (milliseconds) lands in the log bucket that ddsketch's logarithmic mapping gives it
+(relative accuracy 1%: a bucket spans 2%, and the quantile reported is within 1% of a value of
+that rank). A histogram is a map bucket -> count plus the exact sum and sum of squares, so two
+histograms merge by adding counts: in Redis that is HINCRBY from any number of replicas, and
+p50/p95/p99 over the last N seconds is the merge of the time slices it spans.
+
+Time slices are `SLICE_S` seconds of wall-clock time (replicas are assumed NTP-synced; a
+skew of a second moves a few samples into the next slice, it does not lose them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ddsketch import DDSketch
+from ddsketch.mapping import LogarithmicMapping
+
+RELATIVE_ACCURACY = 0.01
+SLICE_S = 10
+_MIN_MS = 0.001  # the mapping needs a positive value; nothing we time is shorter than 1 µs
+MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
+
+
+class Metric(StrEnum):
+    TTFT = "ttft"  # attempt sent -> first output event (streams)
+    E2E = "e2e"  # attempt sent -> last byte (successful answers)
+
+
+def route_key(model: str, endpoint: str) -> str:
+    """The name of a route (model, endpoint) in stores, snapshots and metrics."""
+    return f"{model}/{endpoint}"
+
+
+def slice_of(wall_s: float) -> int:
+    """The start (Unix seconds) of the time slice `wall_s` falls in."""
+    return int(wall_s // SLICE_S) * SLICE_S
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Summary of a histogram: milliseconds, `cv` as a fraction (std / mean)."""
+
+    samples: int
+    p50: float
+    p95: float
+    p99: float
+    mean: float
+    cv: float
+
+
+@dataclass(slots=True)
+class Histogram:
+    counts: Counter[int] = field(default_factory=Counter)
+    total: float = 0.0
+    total_sq: float = 0.0
+
+    @property
+    def samples(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, value_ms: float, count: int = 1) -> None:
+        value = max(value_ms, _MIN_MS)
+        self.counts[MAPPING.key(value)] += count
+        self.total += value * count
+        self.total_sq += value * value * count
+
+    def merge(self, other: Histogram) -> None:
+        self.counts.update(other.counts)
+        self.total += other.total
+        self.total_sq += other.total_sq
+
+    def figures(self) -> Figures | None:
+        n = self.samples
+        if n == 0:
+            return None
+        sketch = DDSketch(RELATIVE_ACCURACY)
+        for key, count in self.counts.items():
+            sketch.add(MAPPING.value(key), count)
+        mean = self.total / n
+        std = math.sqrt(max(self.total_sq / n - mean * mean, 0.0))
+        p50, p95, p99 = (float(sketch.get_quantile_value(q) or 0.0) for q in (0.5, 0.95, 0.99))
+        return Figures(n, p50, p95, p99, mean, std / mean if mean > 0 else 0.0)
+
+    # The wire form (Redis hash fields): bucket keys as decimal strings, plus the two sums.
+    SUM_FIELD = "s"
+    SQUARES_FIELD = "q"
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[bytes, bytes]) -> Histogram:
+        histogram = cls()
+        for name, value in fields.items():
+            if name == b"s":
+                histogram.total = float(value)
+            elif name == b"q":
+                histogram.total_sq = float(value)
+            else:
+                histogram.counts[int(name)] = int(value)
+        return histogram
+
+
+SliceKey = tuple[str, Metric, int]  # (route, metric, slice start)
+
+
+class LatencyBook:
+    """Histograms per (route, metric, slice), in one process. Not thread-safe (one loop).
+
+    The memory store keeps its whole window here; the Redis store uses one as the buffer it
+    drains to Redis in the background.
+    """
+
+    def __init__(self) -> None:
+        self._slices: dict[SliceKey, Histogram] = {}
+
+    def observe(self, route: str, metric: Metric, value_ms: float, wall_s: float) -> None:
+        key = (route, metric, slice_of(wall_s))
+        histogram = self._slices.get(key)
+        if histogram is None:
+            histogram = self._slices[key] = Histogram()
+        histogram.add(value_ms)
+
+    def drain(self) -> dict[SliceKey, Histogram]:
+        """Hand over every slice and start empty."""
+        slices, self._slices = self._slices, {}
+        return slices
+
+    def window(self, route: str, metric: Metric, wall_s: float, window_s: float) -> Histogram:
+        merged = Histogram()
+        for start in slices_in_window(wall_s, window_s):
+            histogram = self._slices.get((route, metric, start))
+            if histogram is not None:
+                merged.merge(histogram)
+        return merged
+
+    def forget_before(self, wall_s: float) -> None:
+        for key in [k for k in self._slices if k[2] + SLICE_S <= wall_s]:
+            del self._slices[key]
+
+
+def slices_in_window(wall_s: float, window_s: float) -> range:
+    """Slice starts overlapping (wall_s - window_s, wall_s]: the window is rounded out to
+    whole slices, so it holds between window_s and window_s + SLICE_S of samples."""
+    last = slice_of(wall_s)
+    first = slice_of(wall_s - window_s + 1e-9)
+    return range(first, last + 1, SLICE_S)
+
+
+def figures_by_route(
+    windows: Iterable[tuple[str, Histogram]],
+) -> dict[str, Figures]:
+    """Figures for each route whose window holds samples."""
+    out: dict[str, Figures] = {}
+    for route, histogram in windows:
+        figures = histogram.figures()
+        if figures is not None:
+            out[route] = figures
+    return out
