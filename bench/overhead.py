@@ -1,14 +1,21 @@
 """Gateway overhead: the same load sent straight to an upstream and through tidegate.
 
 The upstream is nginx (Debian's `nginx-light`) answering a fixed chat completion and a fixed
-20-chunk SSE stream, so the gateway is the bottleneck. The gateway runs as `tidegate serve`
-(one uvicorn worker) pinned to CPU 0; this load generator (aiohttp) is pinned to CPU 1.
-Gateway CPU per request comes from the gateway process's own utime+stime (/proc).
+20-chunk SSE stream, so the gateway is the bottleneck. Each gateway variant runs as
+`tidegate serve` pinned to CPU 0; this load generator (aiohttp), nginx and redis-server are
+pinned to CPU 1. Gateway CPU per request is the utime+stime (/proc) of the gateway process
+and its workers.
 
-    python -m bench.overhead [--seconds 5] [--concurrency 1 16 64]
+Variants, measured one after the other against the same upstream in one run:
+  memory      one worker, the embedded store
+  redis       one worker, the Redis store (slot acquire + release per request: 2 round trips)
+  redis-2w    `--workers 2`, the Redis store (both workers on CPU 0)
 
-Prints one row per (mode, concurrency, path): requests/s, latency p50/p99, TTFT p50/p99
-(first body byte) and gateway CPU ms per request, with the gateway's added p50 TTFT.
+    python -m bench.overhead [--seconds 5] [--concurrency 1 16 64] [--variants memory redis redis-2w]
+
+Prints one row per (path, concurrency, mode): requests/s, latency p50/p99, TTFT p50/p99
+(first body byte), gateway CPU ms per request, and the gateway's added p50 and p99 TTFT over
+the direct run of the same row.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ http {{
 
 GATEWAY_CONF = """
 listen: {{host: 127.0.0.1, port: {port}}}
+state: {{redis_url: "{redis_url}"}}
 models:
   plain:
     dedicated: [{{name: nginx-plain, base_url: "http://127.0.0.1:{up}/plain/v1", model: bench, max_concurrency: 100000}}]
@@ -140,8 +148,27 @@ async def load(url: str, model: str, stream: bool, concurrency: int, seconds: fl
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """utime + stime of `pid` and its live child processes (the workers of `--workers N`)."""
+    total = 0.0
+    for proc in [pid, *children(pid)]:
+        try:
+            fields = Path(f"/proc/{proc}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def wait_for(url: str, timeout: float = 20.0) -> None:
@@ -157,56 +184,97 @@ def wait_for(url: str, timeout: float = 20.0) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    redis: bool
+    workers: int
+
+
+VARIANTS = {
+    "memory": Variant("memory", redis=False, workers=1),
+    "redis": Variant("redis", redis=True, workers=1),
+    "redis-2w": Variant("redis-2w", redis=True, workers=2),
+}
+
+
+@dataclass(frozen=True)
+class Gateway:
+    variant: Variant
+    port: int
+    pid: int
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args()
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not Path(nginx).exists():
         raise SystemExit("nginx not found: apt-get install -y nginx-light")
+    variants = [VARIANTS[name] for name in args.variants]
+    redis_server = shutil.which("redis-server")
+    if any(v.redis for v in variants) and redis_server is None:
+        raise SystemExit("redis-server not found: apt-get install -y redis-server")
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
         os.sched_setaffinity(0, {1})
     with tempfile.TemporaryDirectory() as tmp:
-        up, gw = free_port(), free_port()
+        up, redis_port = free_port(), free_port()
         conf = Path(tmp) / "nginx.conf"
         conf.write_text(NGINX_CONF.format(dir=tmp, port=up, chat=CHAT, sse=sse_body()))
-        (Path(tmp) / "tidegate.yaml").write_text(GATEWAY_CONF.format(port=gw, up=up))
         procs = [subprocess.Popen(["taskset", "-c", "1", nginx, "-c", str(conf)])]
-        gateway = subprocess.Popen(
-            [
-                "taskset",
-                "-c",
-                "0",
-                sys.executable,
-                "-m",
-                "router.cli",
-                "--log-level",
-                "info",
-                "serve",
-                "--config",
-                str(Path(tmp) / "tidegate.yaml"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # access log on, as in production
-        procs.append(gateway)
+        if redis_server is not None:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        "taskset",
+                        "-c",
+                        "1",
+                        redis_server,
+                        "--port",
+                        str(redis_port),
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                )
+            )
         try:
             wait_for(f"http://127.0.0.1:{up}/missing-is-fine")
-            wait_for(f"http://127.0.0.1:{gw}/healthz")
-            asyncio.run(report(up, gw, gateway.pid, args))
+            gateways = [start_gateway(v, Path(tmp), up, redis_port, procs) for v in variants]
+            asyncio.run(report(up, gateways, args))
         finally:
-            for p in procs:
+            for p in reversed(procs):
                 p.terminate()
-                p.wait(timeout=10)
+                p.wait(timeout=30)
 
 
-async def report(up: int, gw: int, gw_pid: int, args: argparse.Namespace) -> None:
+def start_gateway(
+    variant: Variant, tmp: Path, up: int, redis_port: int, procs: list[subprocess.Popen[bytes]]
+) -> Gateway:
+    port = free_port()
+    redis_url = f"redis://127.0.0.1:{redis_port}/0" if variant.redis else ""
+    config = tmp / f"tidegate-{variant.name}.yaml"
+    config.write_text(GATEWAY_CONF.format(port=port, up=up, redis_url=redis_url))
+    command = ["taskset", "-c", "0", sys.executable, "-m", "router.cli", "--log-level", "info"]
+    command += ["serve", "--config", str(config), "--workers", str(variant.workers)]
+    # access log on, as in production
+    gateway = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(gateway)
+    wait_for(f"http://127.0.0.1:{port}/healthz")
+    return Gateway(variant, port, gateway.pid)
+
+
+async def report(up: int, gateways: list[Gateway], args: argparse.Namespace) -> None:
     print(
-        f"{'path':7} {'conc':>4} {'mode':8} {'req/s':>8} {'lat p50':>8} {'lat p99':>8} "
-        f"{'ttft p50':>8} {'ttft p99':>8} {'cpu ms/req':>10} {'added p50 ttft':>14}"
+        f"{'path':7} {'conc':>4} {'mode':9} {'req/s':>8} {'lat p50':>8} {'lat p99':>8} "
+        f"{'ttft p50':>8} {'ttft p99':>8} {'cpu ms/req':>10} {'added ttft p50':>14} {'p99':>8}"
     )
     for stream in (False, True):
         path = "stream" if stream else "plain"
@@ -214,21 +282,31 @@ async def report(up: int, gw: int, gw_pid: int, args: argparse.Namespace) -> Non
             direct = await load(
                 f"http://127.0.0.1:{up}/{path}/v1/chat/completions", "bench", stream, conc, args.seconds
             )
-            before = cpu_seconds(gw_pid)
-            via = await load(f"http://127.0.0.1:{gw}/v1/chat/completions", path, stream, conc, args.seconds)
-            cpu_ms = (cpu_seconds(gw_pid) - before) * 1000 / max(1, via.requests)
-            for mode, run in (("direct", direct), ("tidegate", via)):
-                extra = (
-                    f"{cpu_ms:>10.3f} {pct(via.ttfts, 0.5) - pct(direct.ttfts, 0.5):>12.3f}ms"
-                    if mode == "tidegate"
-                    else ""
+            print_row(path, conc, "direct", direct, "")
+            for gw in gateways:
+                before = cpu_seconds(gw.pid)
+                via = await load(
+                    f"http://127.0.0.1:{gw.port}/v1/chat/completions", path, stream, conc, args.seconds
                 )
-                print(
-                    f"{path:7} {conc:>4} {mode:8} {run.requests / run.seconds:>8.0f} {pct(run.latencies, 0.5):>6.2f}ms "
-                    f"{pct(run.latencies, 0.99):>6.2f}ms {pct(run.ttfts, 0.5):>6.2f}ms {pct(run.ttfts, 0.99):>6.2f}ms {extra}"
-                    + (f"  errors={run.errors}" if run.errors else ""),
-                    flush=True,
+                cpu_ms = (cpu_seconds(gw.pid) - before) * 1000 / max(1, via.requests)
+                added_p50 = pct(via.ttfts, 0.5) - pct(direct.ttfts, 0.5)
+                added_p99 = pct(via.ttfts, 0.99) - pct(direct.ttfts, 0.99)
+                print_row(
+                    path,
+                    conc,
+                    gw.variant.name,
+                    via,
+                    f"{cpu_ms:>10.3f} {added_p50:>12.3f}ms {added_p99:>6.2f}ms",
                 )
+
+
+def print_row(path: str, conc: int, mode: str, run: Run, extra: str) -> None:
+    print(
+        f"{path:7} {conc:>4} {mode:9} {run.requests / run.seconds:>8.0f} {pct(run.latencies, 0.5):>6.2f}ms "
+        f"{pct(run.latencies, 0.99):>6.2f}ms {pct(run.ttfts, 0.5):>6.2f}ms {pct(run.ttfts, 0.99):>6.2f}ms {extra}"
+        + (f"  errors={run.errors}" if run.errors else ""),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ path); the body is read once, with the configured size limit enforced while read
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 import anyio
 import orjson
@@ -25,17 +26,13 @@ PROXIED_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses
 _JSON = "application/json"
 
 
-class RelayResponse(StreamingResponse):
-    """A stream whose cleanup runs however the response ends: finished, failed, client gone
-    (Starlette cancels the body on disconnect), or never started. Cleanup is shielded from
-    that cancellation so a slot is always released."""
+class _CleanupAfterSend(Response):
+    """Runs the reply's cleanup (release the slot, record) after the response is sent, however
+    it ends: finished, failed, client gone (Starlette cancels the body on disconnect), or never
+    started. Cleanup is shielded from that cancellation so a slot is always released, and it
+    is off the client's critical path: the answer is out before the store round trip."""
 
-    def __init__(self, reply: Reply) -> None:
-        assert reply.stream is not None
-        super().__init__(
-            reply.stream, status_code=reply.status, headers=reply.headers, media_type="text/event-stream"
-        )
-        self._on_close = reply.on_close
+    _on_close: Callable[[], Awaitable[None]] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -46,6 +43,26 @@ class RelayResponse(StreamingResponse):
                     await self._on_close()
 
 
+class RelayResponse(_CleanupAfterSend, StreamingResponse):
+    def __init__(self, reply: Reply) -> None:
+        assert reply.stream is not None
+        super().__init__(
+            reply.stream, status_code=reply.status, headers=reply.headers, media_type="text/event-stream"
+        )
+        self._on_close = reply.on_close
+
+
+class BodyResponse(_CleanupAfterSend):
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(
+            reply.body,
+            status_code=reply.status,
+            headers=reply.headers,
+            media_type=reply.headers.get("content-type", _JSON),
+        )
+        self._on_close = reply.on_close
+
+
 def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, max_body: int) -> Route:
     async def endpoint(request: Request) -> Response:
         received_at = time.monotonic()
@@ -54,12 +71,7 @@ def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, max_body: in
         reply = await dispatcher.dispatch(path, body, request.scope["headers"], received_at)
         if reply.stream is not None:
             return RelayResponse(reply)
-        return Response(
-            reply.body,
-            status_code=reply.status,
-            headers=reply.headers,
-            media_type=reply.headers.get("content-type", _JSON),
-        )
+        return BodyResponse(reply)
 
     return Route("/v1" + path, endpoint, methods=["POST"])
 

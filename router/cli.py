@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from router.app import build_policies, create_app, store_for
+from router.app import build_policies, create_app
 from router.config import ConfigError, load_config, parse_config
-from router.serving import Served, bind, configure_logging, run
+from router.serving import Served, bind, configure_logging, run, run_workers
 from router.sim.app import create_sim_app
 from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
 
@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", required=True, type=Path, help="path to tidegate.yaml")
     serve.add_argument("--host", help="override listen.host")
     serve.add_argument("--port", type=int, help="override listen.port")
+    serve.add_argument(
+        "--workers", type=int, default=1, help="processes accepting on the port (more than 1 needs Redis)"
+    )
     serve.set_defaults(run=_serve)
 
     demo = commands.add_parser("demo", help="gateway + simulated dedicated and serverless upstreams")
@@ -207,19 +210,28 @@ def _check_config(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
-        store = store_for(config)
-        app = create_app(config, store=store)
+        app = create_app(config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
+        return 2
+    if args.workers < 1 or (args.workers > 1 and not config.state.redis_url):
+        print(
+            "--workers must be 1 without state.redis_url: the memory store is per process, so "
+            "workers would each admit max_concurrency (set TIDEGATE_REDIS_URL / state.redis_url)",
+            file=sys.stderr,
+        )
         return 2
     sock = bind(args.host or config.listen.host, args.port if args.port is not None else config.listen.port)
     host, port = sock.getsockname()[:2]
     print(
-        f"tidegate listening on http://{host}:{port}/v1 ({len(config.models)} model(s), store: memory)",
+        f"tidegate listening on http://{host}:{port}/v1 ({len(config.models)} model(s), "
+        f"store: {app.state.store.name}, workers: {args.workers})",
         flush=True,
     )
-    run(Served(app, sock))
-    return 0
+    if args.workers == 1:
+        run(Served(app, sock))
+        return 0
+    return run_workers(lambda: create_app(config), sock, args.workers)
 
 
 def _demo(args: argparse.Namespace) -> int:

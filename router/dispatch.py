@@ -127,9 +127,13 @@ class Dispatcher:
         job.attempts.append(Attempt(target.name, None, _ms(started)))
         reply.headers["x-tidegate-attempts"] = str(len(job.attempts))
         if reply.stream is None:
-            await self._release(lease)
-            self._record_body(job, target, reply)
+            reply.on_close = lambda: self._close_body(job, target, reply, lease)
         return reply
+
+    async def _close_body(self, job: _Job, target: Endpoint, reply: Reply, lease: Lease | None) -> None:
+        """After a body reply was sent (or failed to send): release the slot, record."""
+        await self._release(lease)
+        self._record_body(job, target, reply)
 
     async def _admit(self, job: _Job) -> tuple[Endpoint, Lease | None]:
         """The next target that admits the request, walking the decision from the cursor;

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import socket
 import sys
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import uvicorn
@@ -79,3 +81,44 @@ async def serve_all(main: Served, companions: Sequence[Served] = (), log_level: 
 
 def run(main: Served, companions: Sequence[Served] = (), log_level: str = "warning") -> None:
     uvloop.run(serve_all(main, companions, log_level))
+
+
+def run_workers(make_app: Callable[[], ASGIApp], sock: socket.socket, workers: int) -> int:
+    """Pre-fork `workers` processes that accept on the same listening socket; each builds its
+    own app (its own event loop, upstream pools and store connections). SIGTERM/SIGINT are
+    passed on to every worker; when one worker ends on its own, the others are stopped too
+    and the exit status is 1, leaving restarts to the supervisor (systemd, Kubernetes)."""
+    children: list[int] = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:  # the worker
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            code = 0
+            try:
+                run(Served(make_app(), sock))
+            except BaseException:
+                logging.getLogger("tidegate").exception("worker %d failed", os.getpid())
+                code = 1
+            os._exit(code)
+        children.append(pid)
+    stopping = False
+
+    def stop_all(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
+    status = 0
+    remaining = set(children)
+    while remaining:
+        pid, _ = os.wait()
+        remaining.discard(pid)
+        if not stopping:  # a worker ended on its own: take the rest down, report failure
+            status = 1
+            stop_all(signal.SIGTERM, None)
+    return status

@@ -11,7 +11,7 @@ import httpx
 import openai
 
 from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
-from tests.servers import CliProcess, RedisServer, Sim, wait_until
+from tests.servers import CliProcess, RedisServer, Sim, run_cli, wait_until
 
 CAPACITY = 4
 
@@ -138,3 +138,25 @@ def test_canary_set_through_one_replica_is_obeyed_by_the_other(tmp_path, redis_u
             wait_until(lambda: _route_via(b.url) == ("sl", "canary_out"), timeout=10, interval=0.05)
             seen = httpx.get(b.root + "/admin/models/m", headers={"authorization": "Bearer adm"}).json()
             assert seen["canary_percent"] == 0 and seen["state_store"] == "redis"
+
+
+def test_workers_of_one_serve_process_share_capacity_through_redis(tmp_path, redis_url):
+    with Sim(slow_dedicated()) as ded, Sim(serverless()) as sl:
+        config = write_config(tmp_path / "t.yaml", ded, sl, redis_url)
+        with CliProcess("serve", "--config", str(config), "--port", "0", "--workers", "2") as gw:
+            assert "workers: 2" in "".join(gw.output)
+            results = burst([gw.url], count=16, max_tokens=20)
+            code = gw.stop()
+        ded_stats = ded.stats()
+    assert code == 0, "".join(gw.output)
+    assert all(text for _, _, text in results)
+    assert ded_stats["max_in_flight"] <= CAPACITY
+    assert Counter(reason for _, reason, _ in results)["saturated"] >= 16 - 2 * CAPACITY
+
+
+def test_workers_without_redis_are_refused(tmp_path):
+    with Sim(slow_dedicated()) as ded, Sim(serverless()) as sl:
+        config = write_config(tmp_path / "t.yaml", ded, sl, "")
+        done = run_cli("serve", "--config", str(config), "--port", "0", "--workers", "2")
+    assert done.returncode == 2
+    assert "redis_url" in done.stderr
