@@ -13,6 +13,8 @@ from fastapi import APIRouter, Body, Depends, Request
 from router.auth import KeyDigests, bearer_token
 from router.config import GatewayConfig, ModelConfig
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
+from router.latency import Figures, route_key
+from router.signals import Signals
 from router.state.base import StateStore
 
 
@@ -21,7 +23,7 @@ class AdminDisabled(ClientError):
     code = "admin_disabled"
 
 
-def admin_router(config: GatewayConfig, store: StateStore) -> APIRouter:
+def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> APIRouter:
     admin_key = KeyDigests([config.auth.admin_key])
 
     def require_admin(request: Request) -> None:
@@ -41,7 +43,7 @@ def admin_router(config: GatewayConfig, store: StateStore) -> APIRouter:
 
     def describe(model: str) -> dict[str, Any]:
         cfg = model_config(model)
-        snapshot = store.snapshot()
+        snapshot = signals.snapshot()
         return {
             "model": model,
             "canary_percent": snapshot.canary_percent.get(model, cfg.canary_percent),
@@ -52,9 +54,22 @@ def admin_router(config: GatewayConfig, store: StateStore) -> APIRouter:
                     "name": d.name,
                     "max_concurrency": d.max_concurrency,
                     "in_flight": snapshot.in_flight.get(d.name, 0),
+                    "waiting": snapshot.waiting.get(d.name, 0),
+                    "queue_depth": snapshot.in_flight.get(d.name, 0) + snapshot.waiting.get(d.name, 0),
+                    "slo_breached": route_key(model, d.name) in snapshot.slo_breached,
+                    "engine_saturated": d.name in snapshot.engine_saturated,
                 }
                 for d in cfg.dedicated
             ],
+            "routes": {
+                e.name: {
+                    "kind": e.kind.value,
+                    "ttft_ms": _figures(snapshot.ttft.get(route_key(model, e.name))),
+                    "e2e_ms": _figures(snapshot.e2e.get(route_key(model, e.name))),
+                }
+                for e in cfg.endpoints
+            },
+            "window_s": config.state.window_s,
             "state_store": store.name,
         }
 
@@ -72,6 +87,20 @@ def admin_router(config: GatewayConfig, store: StateStore) -> APIRouter:
         return describe(model)
 
     return router
+
+
+def _figures(figures: Figures | None) -> dict[str, float] | None:
+    """A route's windowed figures for JSON (ms; `cv_percent` as the field notes report it)."""
+    if figures is None:
+        return None
+    return {
+        "samples": figures.samples,
+        "p50": round(figures.p50, 2),
+        "p95": round(figures.p95, 2),
+        "p99": round(figures.p99, 2),
+        "mean": round(figures.mean, 2),
+        "cv_percent": round(figures.cv * 100, 1),
+    }
 
 
 _SECRETS: Any = {

@@ -101,7 +101,7 @@ def create_app(
         app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits.max_body_bytes))
     app.router.routes.append(api.models_route(config))
     app.router.routes.extend(api.health_routes(store))
-    app.include_router(admin_router(config, store))
+    app.include_router(admin_router(config, store, signals))
     _install_error_handlers(app)
     return app
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -87,6 +87,12 @@ class EngineSignalConfig(_Frozen):
     kv_cache_on: Annotated[float, Field(gt=0, le=1)] = 0.95  # KV cache usage fraction
     kv_cache_off: Annotated[float, Field(gt=0, le=1)] = 0.85
     dwell_s: Annotated[float, Field(ge=0)] = 2.0
+
+    @model_validator(mode="after")
+    def _off_below_on(self) -> EngineSignalConfig:
+        if self.waiting_off > self.waiting_on or self.kv_cache_off > self.kv_cache_on:
+            raise ValueError("each *_off threshold must be at or below its *_on threshold")
+        return self
 
 
 class EndpointConfig(_Frozen):

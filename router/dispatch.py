@@ -8,7 +8,6 @@ different endpoint, with backoff (or the upstream's Retry-After) when it is the 
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -304,7 +303,7 @@ def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) ->
     for key, value in headers:
         if key == b"x-tidegate-session":
             return value.decode("latin-1")
-    return os.urandom(8).hex()
+    return f"{random.getrandbits(64):016x}"  # a spread, not a secret: no syscall per request
 
 
 def _ms(since: float) -> float:

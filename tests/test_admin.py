@@ -10,7 +10,7 @@ import pytest
 
 from router.app import create_app
 from tests.conftest import gateway_config
-from tests.servers import Sim, ThreadServer, run_cli
+from tests.servers import Sim, ThreadServer, run_cli, wait_until
 
 ADMIN = {"authorization": "Bearer admin-secret"}
 
@@ -41,8 +41,37 @@ def test_get_model_shows_config_and_live_state_without_secrets(admin_gateway):
     assert response.status_code == 200
     body = response.json()
     assert body["canary_percent"] == 100
-    assert body["dedicated"] == [{"name": "ded", "max_concurrency": 4, "in_flight": 0}]
+    assert body["dedicated"] == [
+        {
+            "name": "ded",
+            "max_concurrency": 4,
+            "in_flight": 0,
+            "waiting": 0,
+            "queue_depth": 0,
+            "slo_breached": False,
+            "engine_saturated": False,
+        }
+    ]
+    assert body["routes"]["sl1"] == {"kind": "serverless", "ttft_ms": None, "e2e_ms": None}
     assert "upstream-secret" not in response.text
+
+
+def test_get_model_shows_each_routes_windowed_latency(admin_gateway):
+    client = openai.OpenAI(base_url=admin_gateway.url + "/v1", api_key="x", max_retries=0)
+    for _ in range(5):
+        for _ in client.chat.completions.create(model="m", messages=[], max_tokens=2, stream=True):
+            pass
+
+    def ttft() -> dict | None:
+        return httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["routes"]["ded"][
+            "ttft_ms"
+        ]
+
+    wait_until(lambda: (ttft() or {}).get("samples") == 5, timeout=10, interval=0.1)
+    figures = ttft()
+    assert figures is not None
+    assert 0 < figures["p50"] <= figures["p95"] <= figures["p99"]
+    assert figures["cv_percent"] >= 0
 
 
 def test_canary_set_to_zero_sends_everyone_to_serverless_then_back(admin_gateway):

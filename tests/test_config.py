@@ -36,6 +36,17 @@ def test_canonical_example_loads_and_means_what_its_comments_say():
     assert [s.name for s in model.serverless] == ["provider-a", "provider-b"]
     assert model.serverless[0].api_key == "pa"
     assert model.serverless[1].api_key == ""
+    assert (config.state.window_s, config.state.retention_s) == (60, 86400)
+    assert (model.slo.recover_ratio, model.slo.min_samples, model.slo.dwell_s) == (0.8, 20, 10)
+    assert model.routing.serverless == "configured" and model.routing.max_queue_ms == 0
+    signal = pool.engine_signal
+    assert signal is not None
+    assert (signal.on_stale, signal.max_running, signal.waiting_on, signal.kv_cache_off) == (
+        "trust_leases",
+        64,
+        1,
+        0.85,
+    )
 
 
 def test_empty_api_key_strings_mean_no_client_auth():
@@ -86,6 +97,14 @@ def test_variable_default_and_embedded_references():
             "models.m.serverless[0].base_url: String should match pattern '^https?://' (found 'ftp://x')",
         ),
         ("- just\n- a list\n", "top level: expected a mapping, found list"),
+        (
+            MINIMAL.replace("model: x}", "model: x}\n    routing: {serverless: quickest}"),
+            "models.m.routing.serverless: Input should be 'configured' or 'fastest' (found 'quickest')",
+        ),
+        (
+            MINIMAL.replace("model: x}", "model: x}\n    routing: {max_queue_ms: 60000}"),
+            "models.m.routing.max_queue_ms: Input should be less than or equal to 10000 (found 60000)",
+        ),
     ],
 )
 def test_invalid_configs_name_the_key_path_expected_and_found(text, expected):
