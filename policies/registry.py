@@ -13,6 +13,7 @@ from policies.base import Policy
 from policies.canary import CanaryGate
 from policies.dedicated_first import DedicatedFirst
 from policies.engine import EngineGate
+from policies.health import CircuitGate
 from policies.pipeline import Pipeline, Sorter
 from policies.serverless import FastestServerless
 from policies.slo import SloGuard
@@ -26,10 +27,10 @@ SERVERLESS_ORDERS: Mapping[ServerlessOrder, tuple[Sorter, ...]] = MappingProxyTy
 
 
 def _dedicated_first(model: ModelConfig) -> Policy:
-    """canary gate -> SLO guard -> engine signal -> serverless order -> dedicated first
-    (with the optional wait in line for a slot)."""
+    """canary gate -> circuit gate -> SLO guard -> engine signal -> serverless order ->
+    dedicated first (with the optional wait in line for a slot)."""
     return Pipeline(
-        filters=(CanaryGate(), SloGuard(), EngineGate()),
+        filters=(CanaryGate(), CircuitGate(), SloGuard(), EngineGate()),
         sorters=SERVERLESS_ORDERS[model.routing.serverless],
         picker=DedicatedFirst(),
     )

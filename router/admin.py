@@ -15,7 +15,7 @@ from router.config import GatewayConfig, ModelConfig
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
 from router.latency import Figures, route_key
 from router.signals import Signals
-from router.state.base import StateStore
+from router.state.base import Snapshot, StateStore
 
 
 class AdminDisabled(ClientError):
@@ -64,6 +64,7 @@ def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> 
             "routes": {
                 e.name: {
                     "kind": e.kind.value,
+                    "circuit": _circuit(snapshot, route_key(model, e.name)),
                     "ttft_ms": _figures(snapshot.ttft.get(route_key(model, e.name))),
                     "e2e_ms": _figures(snapshot.e2e.get(route_key(model, e.name))),
                 }
@@ -87,6 +88,16 @@ def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> 
         return describe(model)
 
     return router
+
+
+def _circuit(snapshot: Snapshot, route: str) -> dict[str, Any]:
+    """`closed`, `open` (with the seconds left) or `half_open` (cooldown over, next is a probe)."""
+    until = snapshot.circuit_open.get(route)
+    if until is None:
+        return {"state": "closed"}
+    if until <= snapshot.now:
+        return {"state": "half_open"}
+    return {"state": "open", "cooldown_left_s": round(until - snapshot.now, 2)}
 
 
 def _figures(figures: Figures | None) -> dict[str, float] | None:

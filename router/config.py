@@ -150,9 +150,29 @@ class RoutingConfig(_Frozen):
 
 
 class RetryConfig(_Frozen):
+    """Attempts after the first are retries; within `budget_window_s` a process makes at most
+    `budget_percent` of the model's requests in retries (and always allows `min_retries`)."""
+
     attempts: Annotated[int, Field(ge=1, le=10)] = 3
     backoff_ms: Annotated[float, Field(ge=0)] = 100.0
     budget_percent: Annotated[float, Field(ge=0, le=100)] = 20.0
+    budget_window_s: Annotated[float, Field(gt=0)] = 10.0
+    min_retries: Annotated[int, Field(ge=0)] = 3  # per window, so a quiet model can still retry
+
+
+class BreakerConfig(_Frozen):
+    """Per endpoint: open after `consecutive_failures` failed attempts in a row, or when at
+    least `min_requests` attempts in `window_s` failed at `error_rate_percent` or more. Open
+    means skipped (`circuit_open`) for a cooldown of `cooldown_s`, doubled on each failed
+    probe up to `max_cooldown_s`; after it the next requests probe the endpoint and a success
+    closes it. Shared through the state store."""
+
+    consecutive_failures: Annotated[int, Field(ge=1)] = 5
+    error_rate_percent: Annotated[float, Field(gt=0, le=100)] = 50.0
+    min_requests: Annotated[int, Field(ge=1)] = 20
+    window_s: Annotated[float, Field(gt=0)] = 10.0
+    cooldown_s: Annotated[float, Field(gt=0)] = 5.0
+    max_cooldown_s: Annotated[float, Field(gt=0)] = 60.0
 
 
 class ModelConfig(_Frozen):
@@ -160,6 +180,7 @@ class ModelConfig(_Frozen):
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
     slo: SloConfig = SloConfig()
     routing: RoutingConfig = RoutingConfig()
+    breaker: BreakerConfig = BreakerConfig()
     retry: RetryConfig = RetryConfig()
     dedicated: tuple[DedicatedEndpoint, ...] = ()
     serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order

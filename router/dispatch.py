@@ -17,14 +17,15 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from policies.base import Decision, Policy, Reason, RequestContext
-from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ModelConfig
+from router.breaker import Breakers
+from router.config import BreakerConfig, DedicatedEndpoint, Endpoint, GatewayConfig, ModelConfig
 from router.errors import GatewayError, ModelNotFound, NoCapacity, UpstreamFailure, UpstreamStatus
 from router.latency import Metric, route_key
 from router.openai import RequestPeek, peek, upstream_body
 from router.records import Attempt, Measures, Outcome, Recorder
 from router.relay import StreamResult, Usage, relay_stream, usage_of_body
 from router.signals import Signals
-from router.state.base import Lease, StateStore
+from router.state.base import Lease, Snapshot, StateStore
 from router.upstream import Upstream, response_headers
 
 # Paths whose streams end with `data: [DONE]` and accept `stream_options.include_usage`.
@@ -54,6 +55,7 @@ class _Job:
     received_at: float
     decision: Decision
     reason: Reason
+    snapshot: Snapshot
     cursor: int = 0
     attempts: list[Attempt] = field(default_factory=list)
     last_target: Endpoint | None = None
@@ -71,10 +73,12 @@ class Dispatcher:
         policies: Mapping[str, Policy],
         *,
         signals: Signals | None = None,
+        breakers: Breakers | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._signals = signals or Signals(config, store)
+        self._breakers = breakers or Breakers(store, breaker_configs(config))
         self._upstream = upstream
         self._recorder = recorder
         self._policies = policies
@@ -89,8 +93,9 @@ class Dispatcher:
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
         context = RequestContext(request.model, config, request.stream, _stickiness(request, headers))
-        decision = self._policies[request.model].decide(context, self._signals.snapshot(), config.endpoints)
-        job = _Job(path, request, config, headers, received_at, decision, decision.reason)
+        snapshot = self._signals.snapshot()
+        decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
+        job = _Job(path, request, config, headers, received_at, decision, decision.reason, snapshot)
         try:
             return await self._attempts(job)
         except UpstreamFailure as exc:
@@ -120,10 +125,14 @@ class Dispatcher:
                 reply = await self._body_reply(job, target, response)
         except UpstreamFailure as exc:
             job.attempts.append(Attempt(target.name, type(exc).__name__, _ms(started)))
+            if exc.blames_endpoint:
+                self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
             await self._release(lease)
             job.cursor += 1
             raise
         job.attempts.append(Attempt(target.name, None, _ms(started)))
+        if reply.status < 400:
+            self._breakers.record(route_key(job.request.model, target.name), True, job.snapshot)
         reply.headers["x-tidegate-attempts"] = str(len(job.attempts))
         if reply.stream is None:
             reply.on_close = lambda: self._close_body(job, target, reply, lease)
@@ -217,6 +226,8 @@ class Dispatcher:
             error = "client_gone"
         ttft = (result.first_token_at - job.received_at) * 1000 if result.first_token_at else None
         self._observe_stream(job, target, result, served=error is None)
+        if result.error is not None:  # the upstream failed mid-stream
+            self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
         estimated = usage.output_tokens is None
         output = result.output_events if estimated else usage.output_tokens
         measures = Measures(ttft, usage.input_tokens, output, error, estimated, job.queue_ms)
@@ -294,6 +305,11 @@ def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, UpstreamStatus):
         return exc.is_retryable
     return isinstance(exc, UpstreamFailure)
+
+
+def breaker_configs(config: GatewayConfig) -> dict[str, BreakerConfig]:
+    """Each route's breaker config: its model's."""
+    return {route_key(name, e.name): m.breaker for name, m in config.models.items() for e in m.endpoints}
 
 
 def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) -> str:

@@ -82,9 +82,14 @@ class PayloadTooLarge(ClientError):
 
 
 class UpstreamFailure(GatewayError):
-    """An attempt at one upstream failed; `retryable` says whether another attempt may help."""
+    """An attempt at one upstream failed; `retryable` says whether another attempt may help,
+    `blames_endpoint` whether it counts against the endpoint's health (circuit breaker)."""
 
     retryable: ClassVar[bool] = True
+
+    @property
+    def blames_endpoint(self) -> bool:
+        return True
 
 
 class UpstreamUnreachable(UpstreamFailure):
@@ -100,6 +105,10 @@ class UpstreamTimeout(UpstreamFailure):
 class NoCapacity(UpstreamFailure):
     status = 503
     code = "no_capacity"
+
+    @property
+    def blames_endpoint(self) -> bool:
+        return False  # full is not broken
 
 
 class UpstreamStatus(UpstreamFailure):
@@ -124,6 +133,10 @@ class UpstreamStatus(UpstreamFailure):
     @property
     def is_retryable(self) -> bool:
         return self._status in self._RETRYABLE_STATUSES
+
+    @property
+    def blames_endpoint(self) -> bool:
+        return self.is_retryable  # 408/429/5xx; a 400 is the request's fault
 
     def body(self) -> bytes:
         if _is_openai_error(self._payload):

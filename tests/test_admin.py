@@ -52,7 +52,12 @@ def test_get_model_shows_config_and_live_state_without_secrets(admin_gateway):
             "engine_saturated": False,
         }
     ]
-    assert body["routes"]["sl1"] == {"kind": "serverless", "ttft_ms": None, "e2e_ms": None}
+    assert body["routes"]["sl1"] == {
+        "kind": "serverless",
+        "circuit": {"state": "closed"},
+        "ttft_ms": None,
+        "e2e_ms": None,
+    }
     assert "upstream-secret" not in response.text
 
 

@@ -45,6 +45,7 @@ class Snapshot:
     canary_percent: Mapping[str, float] = field(default_factory=dict)  # model -> live override
     ttft: Mapping[str, Figures] = field(default_factory=dict)  # route key -> figures
     e2e: Mapping[str, Figures] = field(default_factory=dict)
+    circuit_open: Mapping[str, float] = field(default_factory=dict)  # route key -> cooldown end (`now` clock)
     slo_breached: frozenset[str] = frozenset()  # route keys over their SLO (with hysteresis)
     engine_saturated: frozenset[str] = frozenset()  # pools whose engine says stop dispatching
 
@@ -57,6 +58,14 @@ class StateStore(Protocol):
     async def release(self, lease: Lease) -> None: ...
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None: ...
+
+    async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
+        """Open (or extend) `route`'s circuit for every process: the n-th trip since the route
+        last closed lasts min(max_cooldown_s, cooldown_s x 2^(n-1)), and never ends earlier
+        than an earlier trip's cooldown. Returns the seconds until it ends."""
+
+    async def reset_circuit(self, route: str) -> None:
+        """Close `route`'s circuit (a probe after the cooldown succeeded)."""
 
     async def latency_window(
         self, routes: Sequence[str], metric: Metric, window_s: float

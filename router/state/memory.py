@@ -27,6 +27,7 @@ class MemoryStore:
         self._queues: defaultdict[str, deque[asyncio.Future[Lease]]] = defaultdict(deque)
         self._tokens = itertools.count()
         self._canary: dict[str, float] = {}
+        self._circuits: dict[str, tuple[float, int]] = {}  # route -> (cooldown end, trips)
         self._book = LatencyBook()
         self._routes = tuple(routes)
         self._window_s = window_s
@@ -89,6 +90,7 @@ class MemoryStore:
             in_flight={pool: len(held) for pool, held in self._held.items()},
             waiting={pool: len(queue) for pool, queue in self._queues.items()},
             canary_percent=dict(self._canary),
+            circuit_open={route: until for route, (until, _) in self._circuits.items()},
             ttft=self._figures.ttft,
             e2e=self._figures.e2e,
         )
@@ -105,6 +107,17 @@ class MemoryStore:
 
     async def set_canary(self, model: str, percent: float) -> None:
         self._canary[model] = percent
+
+    async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
+        now = time.monotonic()
+        until, trips = self._circuits.get(route, (now, 0))
+        trips += 1
+        until = max(until, now + min(max_cooldown_s, cooldown_s * 2.0 ** (trips - 1)))
+        self._circuits[route] = (until, trips)
+        return until - now
+
+    async def reset_circuit(self, route: str) -> None:
+        self._circuits.pop(route, None)
 
     async def start(self) -> None:
         if self._task is None:

@@ -103,6 +103,33 @@ return counts
 """
 )
 
+# KEYS: the route's breaker hash. ARGV: cooldown_ms, max_cooldown_ms. Returns ms until it ends.
+_TRIP = (
+    _NOW_MS
+    + """
+local ends = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')
+local trips = redis.call('HINCRBY', KEYS[1], 'trips', 1)
+local cooldown = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) * 2 ^ (trips - 1))
+ends = math.max(ends, now_ms + cooldown)
+redis.call('HSET', KEYS[1], 'until', ends)
+redis.call('PEXPIRE', KEYS[1], math.floor(ends - now_ms + 2 * tonumber(ARGV[2])))
+return math.floor(ends - now_ms)
+"""
+)
+
+# KEYS: breaker hashes. Returns ms left of each cooldown (<= 0: over; nil: closed).
+_CIRCUITS = (
+    _NOW_MS
+    + """
+local left = {}
+for i = 1, #KEYS do
+  local ends = redis.call('HGET', KEYS[i], 'until')
+  left[i] = ends and (tonumber(ends) - now_ms) or false
+end
+return left
+"""
+)
+
 _POLL_S = 0.01
 _WAITER_STALE_MS = 1000
 
@@ -136,6 +163,8 @@ class RedisStore:
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._renew = self._redis.register_script(_RENEW)
         self._count = self._redis.register_script(_COUNT)
+        self._trip = self._redis.register_script(_TRIP)
+        self._circuits = self._redis.register_script(_CIRCUITS)
         self._held: dict[str, set[str]] = {}
         self._released: dict[str, asyncio.Event] = {}
         self._book = LatencyBook()
@@ -149,6 +178,9 @@ class RedisStore:
 
     def _line_keys(self, pool: str) -> list[str]:
         return [self.key(pool), f"{self._prefix}:queue:{{{pool}}}", f"{self._prefix}:seen:{{{pool}}}"]
+
+    def breaker_key(self, route: str) -> str:
+        return f"{self._prefix}:breaker:{route}"
 
     def latency_key(self, route: str, metric: Metric, start: int) -> str:
         return f"{self._prefix}:lat:{route}:{metric.value}:{start}"
@@ -226,6 +258,18 @@ class RedisStore:
             self._snapshot, canary_percent={**self._snapshot.canary_percent, model: percent}
         )
 
+    async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
+        args = [int(cooldown_s * 1000), int(max_cooldown_s * 1000)]
+        left_ms = int(await self._trip(keys=[self.breaker_key(route)], args=args))
+        circuits = {**self._snapshot.circuit_open, route: time.monotonic() + left_ms / 1000}
+        self._snapshot = replace(self._snapshot, circuit_open=circuits)
+        return left_ms / 1000
+
+    async def reset_circuit(self, route: str) -> None:
+        await self._redis.delete(self.breaker_key(route))
+        circuits = {k: v for k, v in self._snapshot.circuit_open.items() if k != route}
+        self._snapshot = replace(self._snapshot, circuit_open=circuits)
+
     async def refresh(self) -> None:
         """Read every pool's live lease and waiter counts and the canary overrides (one round
         trip). The snapshot is replaced, never mutated, so readers need no copy."""
@@ -234,17 +278,26 @@ class RedisStore:
             if self._pools:
                 keys = [k for p in self._pools for k in self._line_keys(p)[:2]]
                 await self._count(keys=keys, client=pipe)
-            canary, *counts = await pipe.execute()
+            if self._routes:
+                await self._circuits(keys=[self.breaker_key(r) for r in self._routes], client=pipe)
+            canary, *rest = await pipe.execute()
+        now = time.monotonic()
         in_flight, waiting = self._snapshot.in_flight, self._snapshot.waiting
         if self._pools:
-            numbers = [int(n) for n in counts[0]]
+            numbers = [int(n) for n in rest.pop(0)]
             in_flight = dict(zip(self._pools, numbers[0::2], strict=True))
             waiting = dict(zip(self._pools, numbers[1::2], strict=True))
+        circuits: dict[str, float] = {}
+        if self._routes:
+            for route, left_ms in zip(self._routes, rest.pop(0), strict=True):
+                if left_ms is not None:
+                    circuits[route] = now + int(left_ms) / 1000
         self._snapshot = replace(
             self._snapshot,
             in_flight=in_flight,
             waiting=waiting,
             canary_percent={k.decode(): float(v) for k, v in canary.items()},
+            circuit_open=circuits,
         )
 
     async def refresh_latency(self) -> None:
