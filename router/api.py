@@ -120,13 +120,16 @@ def health_routes(store: StateStore) -> list[Route]:
         return Response(b'{"status":"ok"}', media_type=_JSON)
 
     async def readyz(request: Request) -> Response:
-        ok = await _ping(store)
+        """Ready while the gateway can serve, which it can without Redis (decisions are then
+        local): an unreachable store is reported as `degraded`, still 200, so an orchestrator
+        does not take every replica out of service because Redis blinked."""
+        reachable = await _ping(store)
         body = {
-            "status": "ready" if ok else "unavailable",
+            "status": "ready" if reachable and not store.degraded else "degraded",
             "state_store": store.name,
-            "state_store_reachable": ok,
+            "state_store_reachable": reachable,
         }
-        return Response(orjson.dumps(body), status_code=200 if ok else 503, media_type=_JSON)
+        return Response(orjson.dumps(body), media_type=_JSON)
 
     return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
 

@@ -64,6 +64,7 @@ def store_for(config: GatewayConfig) -> StateStore:
         lease_ttl_s=state.lease_ttl_s,
         window_s=state.window_s,
         retention_s=state.retention_s,
+        fallback_share=state.fallback_share,
     )
 
 

@@ -158,6 +158,9 @@ def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     sim.add_argument(
         "--cut-rate", type=float, default=f.cut_rate, help="share of streams whose connection drops halfway"
     )
+    sim.add_argument(
+        "--reject-rate", type=float, default=f.reject_rate, help="share answered 400 (context length)"
+    )
     sim.set_defaults(run=_sim)
 
 
@@ -182,6 +185,7 @@ def _sim(args: argparse.Namespace) -> int:
             args.stall_rate,
             args.stall_s,
             args.cut_rate,
+            args.reject_rate,
         ),
     )
     sock = bind(args.host, args.port)

@@ -14,15 +14,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from policies.base import Decision, Policy, Reason, RequestContext
 from router.breaker import Breakers
+from router.budget import RetryBudget
 from router.config import BreakerConfig, DedicatedEndpoint, Endpoint, GatewayConfig, ModelConfig
 from router.errors import GatewayError, ModelNotFound, NoCapacity, UpstreamFailure, UpstreamStatus
 from router.latency import Metric, route_key
 from router.openai import RequestPeek, peek, upstream_body
-from router.records import Attempt, Measures, Outcome, Recorder
+from router.records import Attempt, Measures, Outcome, Recorder, RetryOutcome
 from router.relay import StreamResult, Usage, relay_stream, usage_of_body
 from router.signals import Signals
 from router.state.base import Lease, Snapshot, StateStore
@@ -59,6 +60,7 @@ class _Job:
     cursor: int = 0
     attempts: list[Attempt] = field(default_factory=list)
     last_target: Endpoint | None = None
+    budget_denied: bool = False
     attempt_started: float = 0.0  # monotonic; the current attempt's request was sent after it
     queue_ms: float = 0.0  # time spent waiting in line for a dedicated slot
 
@@ -79,6 +81,7 @@ class Dispatcher:
         self._store = store
         self._signals = signals or Signals(config, store)
         self._breakers = breakers or Breakers(store, breaker_configs(config))
+        self._budgets = {name: RetryBudget(model.retry) for name, model in config.models.items()}
         self._upstream = upstream
         self._recorder = recorder
         self._policies = policies
@@ -96,6 +99,7 @@ class Dispatcher:
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         job = _Job(path, request, config, headers, received_at, decision, decision.reason, snapshot)
+        self._budgets[request.model].request()
         try:
             return await self._attempts(job)
         except UpstreamFailure as exc:
@@ -105,13 +109,24 @@ class Dispatcher:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(job.config.retry.attempts),
             wait=lambda state: self._wait(job, state),
-            retry=retry_if_exception(_retryable),
+            retry=lambda state: self._should_retry(job, state),
             reraise=True,
         )
         async for attempt in retrying:
             with attempt:
                 return await self._attempt(job)
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
+
+    def _should_retry(self, job: _Job, state: RetryCallState) -> bool:
+        """Retry a retryable failure while attempts remain and the model's retry budget
+        allows; a budget refusal is remembered for the record."""
+        exc = state.outcome.exception() if state.outcome else None
+        if exc is None or not _retryable(exc) or state.attempt_number >= job.config.retry.attempts:
+            return False
+        if self._budgets[job.request.model].try_retry():
+            return True
+        job.budget_denied = True
+        return False
 
     async def _attempt(self, job: _Job) -> Reply:
         target, lease = await self._admit(job)
@@ -134,6 +149,7 @@ class Dispatcher:
         if reply.status < 400:
             self._breakers.record(route_key(job.request.model, target.name), True, job.snapshot)
         reply.headers["x-tidegate-attempts"] = str(len(job.attempts))
+        reply.headers["x-tidegate-outcome"] = _served(job, target).value
         if reply.stream is None:
             reply.on_close = lambda: self._close_body(job, target, reply, lease)
         return reply
@@ -215,7 +231,7 @@ class Dispatcher:
                 route_key(job.request.model, target.name), Metric.E2E, _ms(job.attempt_started)
             )
         measures = Measures(None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms)
-        self._record(job, target, reply.status, measures)
+        self._record(job, target, reply.status, measures, _served(job, target))
 
     def _record_stream(self, job: _Job, target: Endpoint, status: int, result: StreamResult) -> None:
         usage = result.usage or Usage()
@@ -231,7 +247,13 @@ class Dispatcher:
         estimated = usage.output_tokens is None
         output = result.output_events if estimated else usage.output_tokens
         measures = Measures(ttft, usage.input_tokens, output, error, estimated, job.queue_ms)
-        self._record(job, target, status, measures)
+        if result.error is not None:
+            outcome = RetryOutcome.FAILED_MID_STREAM
+        elif error is not None:
+            outcome = RetryOutcome.CLIENT_GONE
+        else:
+            outcome = _served(job, target)
+        self._record(job, target, status, measures, outcome)
 
     def _observe_stream(self, job: _Job, target: Endpoint, result: StreamResult, *, served: bool) -> None:
         """The route's own latency: from this attempt's request, not from the client's (a
@@ -251,7 +273,10 @@ class Dispatcher:
         elif isinstance(exc, NoCapacity):
             headers["retry-after"] = "1"
         headers["content-type"] = "application/json"
-        self._record(job, target, exc.status_code, Measures(error=type(exc).__name__))
+        rejected = isinstance(exc, UpstreamStatus) and not exc.is_retryable
+        outcome = RetryOutcome.CLIENT_ERROR if rejected else RetryOutcome.EXHAUSTED
+        headers["x-tidegate-outcome"] = outcome.value
+        self._record(job, target, exc.status_code, Measures(error=type(exc).__name__), outcome)
         return Reply(exc.status_code, headers, exc.body())
 
     def _headers(self, job: _Job, target: Endpoint | None, response: httpx.Response | None) -> dict[str, str]:
@@ -262,7 +287,9 @@ class Dispatcher:
         headers["x-tidegate-reason"] = job.reason.value
         return headers
 
-    def _record(self, job: _Job, target: Endpoint | None, status: int, measures: Measures) -> None:
+    def _record(
+        self, job: _Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
+    ) -> None:
         self._recorder.record(
             Outcome(
                 model=job.request.model,
@@ -273,7 +300,9 @@ class Dispatcher:
                 stream=job.request.stream,
                 e2e_ms=_ms(job.received_at),
                 measures=measures,
+                outcome=outcome,
                 attempts=tuple(job.attempts),
+                retry_budget_denied=job.budget_denied,
             )
         )
 
@@ -305,6 +334,16 @@ def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, UpstreamStatus):
         return exc.is_retryable
     return isinstance(exc, UpstreamFailure)
+
+
+def _served(job: _Job, target: Endpoint) -> RetryOutcome:
+    """How a served request's attempts went: first try, a retry at the same endpoint, or a
+    failover to another one."""
+    if len(job.attempts) <= 1:
+        return RetryOutcome.FIRST_TRY
+    if job.attempts[0].endpoint == target.name:
+        return RetryOutcome.RETRIED_OK
+    return RetryOutcome.FAILED_OVER_OK
 
 
 def breaker_configs(config: GatewayConfig) -> dict[str, BreakerConfig]:

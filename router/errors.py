@@ -8,14 +8,16 @@
     │   ├── RouteNotFound             404 unknown_url
     │   ├── MethodNotAllowed          405
     │   └── PayloadTooLarge           413
+    ├── StoreUnavailable              503 (an admin write could not reach the shared state store)
     └── UpstreamFailure               the request could not be served by an upstream
         ├── UpstreamUnreachable       502 (connect refused, reset, DNS)
         ├── UpstreamTimeout           504 (connect, first byte or idle gap)
         ├── UpstreamStatus            the upstream answered with an error status
         └── NoCapacity                503 (every target refused admission)
 
-Foreign exceptions (httpx, aiohttp, orjson) are translated into these at exactly one place
-each (`upstream.py`, `openai.py`); the rest of the gateway only sees this tree.
+Foreign exceptions (httpx, aiohttp, orjson, redis) are translated into these at exactly one
+place each (`upstream.py`, `openai.py`, `state/redis.py`); the rest of the gateway only sees
+this tree.
 """
 
 from __future__ import annotations
@@ -79,6 +81,11 @@ class MethodNotAllowed(ClientError):
 class PayloadTooLarge(ClientError):
     status = 413
     code = "request_too_large"
+
+
+class StoreUnavailable(GatewayError):
+    status = 503
+    code = "state_store_unavailable"
 
 
 class UpstreamFailure(GatewayError):

@@ -9,10 +9,23 @@ from __future__ import annotations
 import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import orjson
 
 ACCESS_LOG = "tidegate.access"
+
+
+class RetryOutcome(StrEnum):
+    """How a request's attempts ended."""
+
+    FIRST_TRY = "first_try"  # the first attempt served it
+    RETRIED_OK = "retried_ok"  # served by a later attempt at the same endpoint
+    FAILED_OVER_OK = "failed_over_ok"  # served by another endpoint after a failure
+    EXHAUSTED = "exhausted"  # every attempt allowed (by count, budget or time) failed
+    CLIENT_ERROR = "client_error"  # the upstream rejected the request itself (4xx): not retried
+    CLIENT_GONE = "client_gone"  # the client left before the answer was complete
+    FAILED_MID_STREAM = "failed_mid_stream"  # the upstream failed after the first byte
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +57,9 @@ class Outcome:
     stream: bool
     e2e_ms: float
     measures: Measures
+    outcome: RetryOutcome
     attempts: tuple[Attempt, ...] = field(default=())
+    retry_budget_denied: bool = False  # a retry was wanted but the model's budget was spent
 
 
 @dataclass(slots=True)
@@ -63,9 +78,11 @@ class Recorder:
         self._log = logger or logging.getLogger(ACCESS_LOG)
         self.routes: dict[tuple[str, str], RouteTotals] = {}
         self.reasons: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
 
     def record(self, outcome: Outcome) -> None:
         self.reasons[outcome.reason] += 1
+        self.outcomes[outcome.outcome] += 1
         totals = self.routes.setdefault((outcome.model, outcome.route or "-"), RouteTotals())
         totals.requests += 1
         m = outcome.measures

@@ -6,7 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.exceptions import RedisError
 
+from router.errors import StoreUnavailable
 from router.latency import Metric
 from router.state.base import StateStore
 from router.state.memory import MemoryStore
@@ -169,11 +171,41 @@ async def test_redis_leases_outlive_their_ttl_while_renewed(redis_url):
         await other.close()
 
 
-async def test_redis_unreachable_admits_nothing_and_reports_not_ready():
-    store = RedisStore("redis://127.0.0.1:1/0", ["p"])
+async def test_redis_unreachable_falls_back_to_a_share_of_each_pool_locally():
+    store = RedisStore("redis://127.0.0.1:1/0", ["p"], fallback_share=0.5)
     try:
-        assert await store.try_acquire("p", 1) is None
+        leases = [await store.try_acquire("p", 4) for _ in range(3)]
+        assert [lease is not None for lease in leases] == [True, True, False]  # 50% of 4
+        assert store.degraded and store.fallback_admissions == 2
+        assert store.snapshot().in_flight == {"p": 2}
         assert await store.ping() is False
+        await store.release(leases[0])
+        assert await store.try_acquire("p", 4) is not None
+    finally:
+        await store.close()
+
+
+async def test_redis_store_recovers_by_itself_when_redis_comes_back(redis_url):
+    store = RedisStore(redis_url, ["p"], fallback_share=0.5)
+    try:
+        store._degrade(RedisError("simulated outage"))
+        local = await store.try_acquire("p", 4)
+        assert local is not None and local.token.startswith("local:")
+        await store.refresh()  # the background refresh reaches Redis again
+        assert not store.degraded
+        shared = await store.try_acquire("p", 4)
+        assert shared is not None and not shared.token.startswith("local:")
+        await store.release(local)  # a local lease is released locally, not in Redis
+        assert await store._redis.zcard(store.key("p")) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_canary_write_without_redis_is_a_clear_503_error():
+    store = RedisStore("redis://127.0.0.1:1/0", [])
+    try:
+        with pytest.raises(StoreUnavailable, match="Redis is unreachable"):
+            await store.set_canary("m", 10)
     finally:
         await store.close()
 

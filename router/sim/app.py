@@ -141,6 +141,10 @@ async def _inject(state: SimState) -> Response | None:
         response = _error(429, "Rate limit reached (simulated)", "rate_limit_exceeded")
         response.headers["retry-after"] = f"{faults.retry_after_s:g}"
         return response
+    if rng.random() < faults.reject_rate:
+        engine.count_fault("400")
+        message = "This model's maximum context length is exceeded (simulated)"
+        return _error(400, message, "invalid_request_error")
     if rng.random() < faults.error_rate:
         status = rng.choice((500, 503))
         engine.count_fault(str(status))

@@ -77,6 +77,7 @@ class Faults:
     stall_rate: float = 0.0  # wait `stall_s` before sending anything
     stall_s: float = 30.0
     cut_rate: float = 0.0  # streams: drop the connection halfway through the output
+    reject_rate: float = 0.0  # answer 400 (context length exceeded): the request's fault
 
 
 @dataclass(frozen=True, slots=True)

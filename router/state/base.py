@@ -52,6 +52,7 @@ class Snapshot:
 
 class StateStore(Protocol):
     name: str
+    degraded: bool  # True while shared state is unreachable and decisions are local
 
     async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None: ...
 

@@ -20,6 +20,7 @@ class MemoryStore:
     Waiters queue FIFO per pool; a release hands the slot straight to the first in line."""
 
     name = "memory"
+    degraded = False  # nothing to lose contact with
 
     def __init__(self, routes: Sequence[str] = (), *, window_s: float = 60.0) -> None:
         self._held: defaultdict[str, set[str]] = defaultdict(set)

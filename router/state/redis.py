@@ -16,9 +16,16 @@ so recording adds no round trip to a request. Each slice expires after `retentio
 
 On the request path Redis costs exactly two round trips: the acquire and the release.
 `snapshot()` reads copies that background tasks refresh (pool counts every `refresh_s`,
-latency figures every second). Redis errors never reach the request: an acquire that cannot
-reach Redis admits nothing (the request spills), a release that cannot reach Redis is left
-to the lease TTL, and samples that cannot be flushed are dropped with a warning.
+latency figures every second).
+
+Redis errors never reach a request. When Redis cannot be reached the store is *degraded*:
+admission falls back to per-process slots, `fallback_share` of each pool's capacity (size it
+as 1 / the number of gateway processes), without trying Redis on the request path; the
+snapshot shows those local counts; a release that cannot reach Redis is left to the lease
+TTL; latency samples that cannot be flushed are dropped with a warning. The background
+refresh keeps trying, and its first success ends the degraded state by itself. Leases taken
+locally stay local until released, so right after recovery a pool may briefly hold up to
+its capacity plus the local leases still running.
 """
 
 from __future__ import annotations
@@ -34,8 +41,10 @@ from dataclasses import replace
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from router.errors import StoreUnavailable
 from router.latency import Histogram, LatencyBook, Metric, figures_by_route, slices_in_window
 from router.state.base import Lease, Snapshot
+from router.state.memory import MemoryStore
 
 log = logging.getLogger("tidegate.state")
 
@@ -131,6 +140,7 @@ return left
 )
 
 _POLL_S = 0.01
+_LOCAL = "local:"  # token prefix of a slot granted while Redis was unreachable
 _WAITER_STALE_MS = 1000
 
 
@@ -148,6 +158,7 @@ class RedisStore:
         flush_s: float = 0.5,
         window_s: float = 60.0,
         retention_s: float = 86400.0,
+        fallback_share: float = 0.5,
         prefix: str = "tidegate",
     ) -> None:
         self._redis: Redis = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
@@ -165,6 +176,10 @@ class RedisStore:
         self._count = self._redis.register_script(_COUNT)
         self._trip = self._redis.register_script(_TRIP)
         self._circuits = self._redis.register_script(_CIRCUITS)
+        self._fallback_share = fallback_share
+        self._local = MemoryStore()  # admission while Redis is unreachable
+        self.degraded = False
+        self.fallback_admissions = 0  # slots granted locally because Redis was unreachable
         self._held: dict[str, set[str]] = {}
         self._released: dict[str, asyncio.Event] = {}
         self._book = LatencyBook()
@@ -186,6 +201,8 @@ class RedisStore:
         return f"{self._prefix}:lat:{route}:{metric.value}:{start}"
 
     async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None:
+        if self.degraded:
+            return await self._acquire_locally(pool, capacity, wait_s)
         token = uuid.uuid4().hex
         keys = self._line_keys(pool)
         deadline = time.monotonic() + wait_s
@@ -200,13 +217,26 @@ class RedisStore:
                     return None
                 await self._pause(pool, min(_POLL_S, remaining))
         except RedisError as exc:
-            log.warning("state store: acquire on %s failed, spilling: %s", pool, exc)
-            return None
+            self._degrade(exc)
+            return await self._acquire_locally(pool, capacity, wait_s)
         except asyncio.CancelledError:
             self._forget_later(keys, token)
             raise
         self._held.setdefault(pool, set()).add(token)
         return Lease(pool, token)
+
+    async def _acquire_locally(self, pool: str, capacity: int, wait_s: float) -> Lease | None:
+        local_capacity = max(1, int(capacity * self._fallback_share))
+        lease = await self._local.try_acquire(pool, local_capacity, wait_s)
+        if lease is None:
+            return None
+        self.fallback_admissions += 1
+        return Lease(pool, _LOCAL + lease.token)
+
+    def _degrade(self, exc: RedisError) -> None:
+        if not self.degraded:
+            log.warning("state store: Redis unreachable, deciding locally until it is back: %s", exc)
+        self.degraded = True
 
     async def _leave_line(self, keys: list[str], token: str, wait_s: float) -> None:
         if wait_s > 0:
@@ -237,6 +267,9 @@ class RedisStore:
             await asyncio.wait_for(released.wait(), seconds)
 
     async def release(self, lease: Lease) -> None:
+        if lease.token.startswith(_LOCAL):
+            await self._local.release(Lease(lease.pool, lease.token.removeprefix(_LOCAL)))
+            return
         self._held.get(lease.pool, set()).discard(lease.token)
         try:
             await self._redis.zrem(self.key(lease.pool), lease.token)
@@ -250,10 +283,16 @@ class RedisStore:
         self._book.observe(route, metric, value_ms, time.time())
 
     def snapshot(self) -> Snapshot:
+        if self.degraded:
+            local = self._local.snapshot()
+            return replace(self._snapshot, now=local.now, in_flight=local.in_flight, waiting=local.waiting)
         return replace(self._snapshot, now=time.monotonic())
 
     async def set_canary(self, model: str, percent: float) -> None:
-        await self._redis.hset(self._canary_key, model, str(percent))
+        try:
+            await self._redis.hset(self._canary_key, model, str(percent))
+        except RedisError as exc:
+            raise StoreUnavailable(f"the canary could not be stored: Redis is unreachable ({exc})") from exc
         self._snapshot = replace(
             self._snapshot, canary_percent={**self._snapshot.canary_percent, model: percent}
         )
@@ -271,8 +310,19 @@ class RedisStore:
         self._snapshot = replace(self._snapshot, circuit_open=circuits)
 
     async def refresh(self) -> None:
-        """Read every pool's live lease and waiter counts and the canary overrides (one round
-        trip). The snapshot is replaced, never mutated, so readers need no copy."""
+        """Read every pool's live lease and waiter counts, the canary overrides and the open
+        circuits (one round trip). The snapshot is replaced, never mutated, so readers need no
+        copy. Failing marks the store degraded; succeeding ends that."""
+        try:
+            await self._refresh()
+        except RedisError as exc:
+            self._degrade(exc)
+            raise
+        if self.degraded:
+            log.warning("state store: Redis is back, shared state again")
+            self.degraded = False
+
+    async def _refresh(self) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self._canary_key)
             if self._pools:
