@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from router.auth import ApiKeys
 from router.config import GatewayConfig
+from router.disconnect import unless_client_leaves
 from router.dispatch import Dispatcher, Reply
 from router.errors import InvalidRequest, PayloadTooLarge
 from router.state.base import StateStore
@@ -68,7 +69,11 @@ def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, max_body: in
         received_at = time.monotonic()
         keys.check(request)
         body = await read_body(request, max_body)
-        reply = await dispatcher.dispatch(path, body, request.scope["headers"], received_at)
+        reply = await unless_client_leaves(
+            request.receive, dispatcher.dispatch(path, body, request.scope["headers"], received_at)
+        )
+        if reply is None:  # the client is gone: nobody to answer
+            return Response(status_code=499)
         if reply.stream is not None:
             return RelayResponse(reply)
         return BodyResponse(reply)

@@ -233,9 +233,9 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     if args.workers == 1:
-        run(Served(app, sock))
+        run(Served(app, sock, config.limits.drain_s))
         return 0
-    return run_workers(lambda: create_app(config), sock, args.workers)
+    return run_workers(lambda: create_app(config), sock, args.workers, config.limits.drain_s)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -64,6 +64,8 @@ class AuthConfig(_Frozen):
 
 class LimitsConfig(_Frozen):
     max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
+    max_output_tokens: Annotated[int, Field(gt=0)] = 1 << 20  # a larger max_tokens is refused (400)
+    drain_s: Annotated[int, Field(ge=1)] = 30  # on SIGTERM, in-flight requests get this long (s)
 
 
 class TimeoutsConfig(_Frozen):

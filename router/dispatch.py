@@ -8,11 +8,13 @@ different endpoint, with backoff (or the upstream's Retry-After) when it is the 
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import anyio
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
@@ -91,7 +93,7 @@ class Dispatcher:
     ) -> Reply:
         """Serve one OpenAI request body for `path` (relative to /v1). Raises ClientError
         for a request the gateway itself rejects; every other outcome is a Reply."""
-        request = peek(body)
+        request = peek(body, self._config.limits.max_output_tokens)
         config = self._config.models.get(request.model)
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
@@ -104,6 +106,9 @@ class Dispatcher:
             return await self._attempts(job)
         except UpstreamFailure as exc:
             return self._failed(job, exc)
+        except asyncio.CancelledError:  # the client left (or the server stops) before an answer
+            self._record(job, job.last_target, 499, Measures(error="client_gone"), RetryOutcome.CLIENT_GONE)
+            raise
 
     async def _attempts(self, job: _Job) -> Reply:
         retrying = AsyncRetrying(
@@ -118,12 +123,13 @@ class Dispatcher:
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
 
     def _should_retry(self, job: _Job, state: RetryCallState) -> bool:
-        """Retry a retryable failure while attempts remain and the model's retry budget
-        allows; a budget refusal is remembered for the record."""
+        """Retry a retryable failure while attempts remain. Failing over to another endpoint
+        is always allowed; trying the same endpoint again spends the model's retry budget
+        (that is what multiplies load on a struggling upstream). A refusal is recorded."""
         exc = state.outcome.exception() if state.outcome else None
         if exc is None or not _retryable(exc) or state.attempt_number >= job.config.retry.attempts:
             return False
-        if self._budgets[job.request.model].try_retry():
+        if self._fails_over(job, exc) or self._budgets[job.request.model].try_retry():
             return True
         job.budget_denied = True
         return False
@@ -132,6 +138,7 @@ class Dispatcher:
         target, lease = await self._admit(job)
         started = job.attempt_started = time.monotonic()
         body = upstream_body(job.request, target.model, ask_usage=job.path in _DONE_TERMINATED)
+        response: httpx.Response | None = None
         try:
             response = await self._upstream.open(target, job.path, body, job.headers)
             if job.request.stream:
@@ -144,6 +151,13 @@ class Dispatcher:
                 self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
             await self._release(lease)
             job.cursor += 1
+            raise
+        except asyncio.CancelledError:  # cancelled mid-attempt: close and release, shielded
+            job.attempts.append(Attempt(target.name, "Cancelled", _ms(started)))
+            with anyio.CancelScope(shield=True):
+                if response is not None:
+                    await response.aclose()
+                await self._release(lease)
             raise
         job.attempts.append(Attempt(target.name, None, _ms(started)))
         if reply.status < 400:
@@ -311,11 +325,16 @@ class Dispatcher:
             self._signals.completed(lease.pool)
             await self._store.release(lease)
 
+    @staticmethod
+    def _fails_over(job: _Job, exc: BaseException | None) -> bool:
+        """Whether the next attempt goes to a different endpoint than the last one."""
+        targets = job.decision.targets
+        return targets[job.cursor % len(targets)] != job.last_target and not isinstance(exc, NoCapacity)
+
     def _wait(self, job: _Job, state: RetryCallState) -> float:
         """No wait before a different endpoint; backoff or Retry-After before the same one."""
         exc = state.outcome.exception() if state.outcome else None
-        targets = job.decision.targets
-        if targets[job.cursor % len(targets)] != job.last_target and not isinstance(exc, NoCapacity):
+        if self._fails_over(job, exc):
             return 0.0
         if isinstance(exc, GatewayError) and exc.retry_after_s is not None:
             return min(exc.retry_after_s, _MAX_RETRY_AFTER_S)

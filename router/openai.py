@@ -3,7 +3,8 @@
 The hot path parses the JSON once (orjson), reads `model`, `stream`, `user` and whether the
 client asked for stream usage, and later serialises the same dict with the upstream's model
 id. No schema validation of whole chat requests: the upstream does that and its error is
-relayed to the client.
+relayed to the client. The few fields the gateway itself relies on, or that would make an
+upstream burn capacity for nothing (an absurd output-token limit), are checked here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ class RequestPeek:
     wants_usage: bool
 
 
-def peek(body: bytes) -> RequestPeek:
+_TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def peek(body: bytes, max_output_tokens: int = 1 << 20) -> RequestPeek:
     """Parse a JSON request body; raise InvalidRequest for anything routing cannot use."""
     try:
         payload = orjson.loads(body)
@@ -42,7 +46,12 @@ def peek(body: bytes) -> RequestPeek:
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
     user = payload.get("user")
+    if user is not None and not isinstance(user, str):
+        raise InvalidRequest("'user' must be a string", param="user")
     options = payload.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
+    _check_token_limits(payload, max_output_tokens)
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
     return RequestPeek(
         payload=payload,
@@ -51,6 +60,15 @@ def peek(body: bytes) -> RequestPeek:
         user=user if isinstance(user, str) else None,
         wants_usage=wants_usage,
     )
+
+
+def _check_token_limits(payload: dict[str, Any], ceiling: int) -> None:
+    for name in _TOKEN_LIMITS:
+        value = payload.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
+            raise InvalidRequest(f"'{name}' must be an integer from 1 to {ceiling}", param=name)
 
 
 def upstream_body(request: RequestPeek, upstream_model: str, *, ask_usage: bool) -> bytes:

@@ -50,11 +50,16 @@ class _Companion(uvicorn.Server):
 
 @dataclass(frozen=True)
 class Served:
+    """An app on a listening socket. On SIGTERM it stops accepting, lets in-flight requests
+    (streams included) finish for up to `drain_s`, then cancels the rest; its lifespan then
+    releases what it holds."""
+
     app: ASGIApp
     sock: socket.socket
+    drain_s: int = 30
 
 
-def _config(app: ASGIApp, log_level: str) -> uvicorn.Config:
+def _config(app: ASGIApp, log_level: str, drain_s: int) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         loop="uvloop",
@@ -63,16 +68,16 @@ def _config(app: ASGIApp, log_level: str) -> uvicorn.Config:
         access_log=False,
         log_level=log_level,
         log_config=None,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=drain_s,
     )
 
 
 async def serve_all(main: Served, companions: Sequence[Served] = (), log_level: str = "warning") -> None:
     """Serve `main` until it is told to stop (SIGINT/SIGTERM), then stop the companions."""
-    others = [_Companion(_config(c.app, log_level)) for c in companions]
+    others = [_Companion(_config(c.app, log_level, c.drain_s)) for c in companions]
     tasks = [asyncio.create_task(s.serve(sockets=[c.sock])) for s, c in zip(others, companions, strict=True)]
     try:
-        await uvicorn.Server(_config(main.app, log_level)).serve(sockets=[main.sock])
+        await uvicorn.Server(_config(main.app, log_level, main.drain_s)).serve(sockets=[main.sock])
     finally:
         for server in others:
             server.should_exit = True
@@ -83,7 +88,9 @@ def run(main: Served, companions: Sequence[Served] = (), log_level: str = "warni
     uvloop.run(serve_all(main, companions, log_level))
 
 
-def run_workers(make_app: Callable[[], ASGIApp], sock: socket.socket, workers: int) -> int:
+def run_workers(
+    make_app: Callable[[], ASGIApp], sock: socket.socket, workers: int, drain_s: int = 30
+) -> int:
     """Pre-fork `workers` processes that accept on the same listening socket; each builds its
     own app (its own event loop, upstream pools and store connections). SIGTERM/SIGINT are
     passed on to every worker; when one worker ends on its own, the others are stopped too
@@ -96,7 +103,7 @@ def run_workers(make_app: Callable[[], ASGIApp], sock: socket.socket, workers: i
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             code = 0
             try:
-                run(Served(make_app(), sock))
+                run(Served(make_app(), sock, drain_s))
             except BaseException:
                 logging.getLogger("tidegate").exception("worker %d failed", os.getpid())
                 code = 1

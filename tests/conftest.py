@@ -10,6 +10,7 @@ import pytest
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
 from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
+from tests.matrix import ROWS, MatrixRow, table
 from tests.servers import RedisServer, Sim, ThreadServer
 
 FAST = 1000.0  # time scale for the simulators: modelled seconds run as milliseconds
@@ -87,3 +88,16 @@ def redis_server() -> Iterator[RedisServer]:
 def redis_url(redis_server: RedisServer) -> str:
     redis_server.flush()
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def fault_matrix(request: pytest.FixtureRequest) -> list[MatrixRow]:
+    """Rows of the fault matrix; printed as a table at the end of the run."""
+    return request.config.stash.setdefault(ROWS, [])
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    rows = config.stash.get(ROWS, [])
+    if rows:
+        terminalreporter.section("fault matrix")
+        terminalreporter.write_line(table(rows))

@@ -221,6 +221,21 @@ def test_client_disconnect_mid_stream_releases_the_dedicated_slot():
         assert raw.headers["x-tidegate-route"] == "ded", "the slot of the gone client was not released"
 
 
+def test_client_disconnect_during_a_non_stream_request_cancels_the_upstream_call():
+    slow = dedicated_profile(max_concurrency=1, time_scale=1.0, itl_s=0.05)  # 400 tokens: 20 s
+    with (
+        Sim(slow) as ded,
+        Sim(serverless_profile()) as sl,
+        ThreadServer(create_app(gateway_config(ded, [sl]))) as gw,
+    ):
+        impatient = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=0.5)
+        with pytest.raises(openai.APITimeoutError):
+            impatient.chat.completions.create(model="m", messages=MESSAGES, max_tokens=400)
+        wait_until(lambda: ded.stats()["cancelled"] == 1, timeout=10)  # long before its 20 s
+        raw = client(gw).chat.completions.with_raw_response.create(model="m", messages=MESSAGES, max_tokens=1)
+        assert raw.headers["x-tidegate-route"] == "ded", "the slot of the gone client was not released"
+
+
 def test_health_and_readiness(gateway):
     assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
     ready = httpx.get(gateway.url + "/readyz")

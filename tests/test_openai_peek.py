@@ -16,7 +16,6 @@ from router.openai import peek, upstream_body
         (b'{"model": "m", "stream": true, "user": "u1"}', "m", True, "u1", False),
         (b'{"model": "m", "stream": null}', "m", False, None, False),
         (b'{"model": "m", "stream": true, "stream_options": {"include_usage": true}}', "m", True, None, True),
-        (b'{"model": "m", "user": 7}', "m", False, None, False),
     ],
 )
 def test_peek_reads_what_routing_needs(body, model, stream, user, wants_usage):
@@ -35,6 +34,14 @@ def test_peek_reads_what_routing_needs(body, model, stream, user, wants_usage):
         (b'{"model": ""}', "model"),
         (b'{"model": ["m"]}', "model"),
         (b'{"model": "m", "stream": 1}', "stream"),
+        (b'{"model": "m", "user": 7}', "user"),
+        (b'{"model": "m", "stream_options": true}', "stream_options"),
+        (b'{"model": "m", "max_tokens": 0}', "max_tokens"),
+        (b'{"model": "m", "max_tokens": -5}', "max_tokens"),
+        (b'{"model": "m", "max_tokens": 1e9}', "max_tokens"),
+        (b'{"model": "m", "max_tokens": true}', "max_tokens"),
+        (b'{"model": "m", "max_completion_tokens": 99999999999}', "max_completion_tokens"),
+        (b'{"model": "m", "max_output_tokens": "10"}', "max_output_tokens"),
     ],
 )
 def test_peek_rejects_what_routing_cannot_use(body, param):

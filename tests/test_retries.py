@@ -92,15 +92,26 @@ def test_outcomes(ded_faults, sl_faults, status, outcome, route, attempts, strea
         assert headers["x-tidegate-route"] == route
 
 
-def test_a_spent_budget_stops_retries_and_says_so(caplog):
-    with Sim(dedicated_profile()) as ded, Sim(serverless_profile()) as sl:
+def test_a_spent_budget_stops_retries_of_the_same_endpoint_and_says_so(caplog):
+    with Sim(dedicated_profile()) as ded:
         ded.configure(faults={"error_rate": 1.0})
-        config = config_for(ded, [sl], "    retry: {attempts: 3, budget_percent: 0, min_retries: 0}\n")
+        config = config_for(
+            ded, [], "    retry: {attempts: 3, backoff_ms: 1, budget_percent: 0, min_retries: 0}\n"
+        )
         with ThreadServer(create_app(config)) as gw, caplog.at_level(logging.INFO, logger=ACCESS_LOG):
             status, headers = call(gw.url)
-        served_by_serverless = sl.stats()["requests"]
+        attempts_seen = sum(ded.stats()["faults"].values())
     assert status in {500, 503}
     assert (headers["x-tidegate-outcome"], headers["x-tidegate-attempts"]) == ("exhausted", "1")
-    assert served_by_serverless == 0
+    assert attempts_seen == 1
     (line,) = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOG]
     assert line["retry_budget_denied"] is True and line["outcome"] == "exhausted"
+
+
+def test_failover_to_another_endpoint_is_not_limited_by_the_budget():
+    with Sim(dedicated_profile()) as ded, Sim(serverless_profile()) as sl:
+        ded.configure(faults={"error_rate": 1.0})
+        config = config_for(ded, [sl], "    retry: {attempts: 2, budget_percent: 0, min_retries: 0}\n")
+        with ThreadServer(create_app(config)) as gw:
+            status, headers = call(gw.url)
+    assert status == 200 and headers["x-tidegate-outcome"] == "failed_over_ok"

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from router.disconnect import unless_client_leaves
 from router.sim import bodies
 from router.sim.engine import Engine
 from router.sim.profile import SimProfile
@@ -77,15 +78,21 @@ def _generation(state: SimState, kind: str) -> Any:
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
             writer = bodies.StreamWriter(kind, model, include_usage)
             return StreamingResponse(_stream(state, writer, n_in, n_out), media_type="text/event-stream")
-        async with state.engine.sequence(n_in) as seq:
-            await seq.first_token()
-            for _ in range(n_out - 1):
-                await seq.next_token()
+        if await unless_client_leaves(request.receive, _generate(state, n_in, n_out)) is None:
+            return Response(status_code=499)  # the client left: like vLLM, abort the sequence
         text = "".join(bodies.word(i) for i in range(n_out))
         use = bodies.usage(kind, n_in, n_out)
         return Response(bodies.completion(kind, model, text, "length", use), media_type=_JSON)
 
     return endpoint
+
+
+async def _generate(state: SimState, n_in: int, n_out: int) -> bool:
+    async with state.engine.sequence(n_in) as seq:
+        await seq.first_token()
+        for _ in range(n_out - 1):
+            await seq.next_token()
+    return True
 
 
 async def _stream(

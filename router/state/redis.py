@@ -397,6 +397,14 @@ class RedisStore:
                 log.warning("state store: %d latency samples dropped, Redis unreachable", lost)
                 raise
 
+    async def _release_all(self) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for pool, tokens in self._held.items():
+                if tokens:
+                    pipe.zrem(self.key(pool), *tokens)
+            await pipe.execute()
+        self._held.clear()
+
     async def renew(self) -> None:
         """Push the expiry of every lease this process holds (one round trip)."""
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -412,11 +420,14 @@ class RedisStore:
             return False
 
     async def close(self) -> None:
-        """Flush what is buffered, then stop the background work (bounded: a task stuck in
-        I/O is abandoned after 2 s)."""
+        """Flush what is buffered, give back every lease still held (requests cancelled at
+        the end of a drain), then stop the background work (bounded: a task stuck in I/O is
+        abandoned after 2 s)."""
         self._stopping.set()
         with contextlib.suppress(RedisError, TimeoutError):
             await asyncio.wait_for(self.flush(), 1.0)
+        with contextlib.suppress(RedisError, TimeoutError):
+            await asyncio.wait_for(self._release_all(), 1.0)
         for task in self._tasks:
             task.cancel()
         if self._tasks:

@@ -1,0 +1,127 @@
+"""Property-based fuzzing of the public endpoints (hypothesis): whatever a client sends —
+bytes that are not JSON, JSON of every shape, valid-looking requests with wrong types or
+absurd values, odd paths, methods and header values — the gateway answers within its
+timeout with a 2xx, or a 4xx carrying an OpenAI-style error body. Never a 500, never a hang.
+The upstreams are healthy simulators, so no 5xx is excusable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from router.app import create_app
+from tests.conftest import dedicated_profile, gateway_config, serverless_profile
+from tests.matrix import MatrixRow
+from tests.servers import Sim, ThreadServer
+
+PATHS = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/models",
+    "/v1/chat/completions/extra",
+    "/v1/unknown",
+    "/admin/models/m",
+    "/admin/models/m/canary",
+    "/healthz",
+    "/readyz",
+    "/",
+]
+FIELDS = [
+    "model",
+    "messages",
+    "stream",
+    "max_tokens",
+    "max_completion_tokens",
+    "user",
+    "stream_options",
+    "input",
+    "prompt",
+    "n",
+    "temperature",
+]
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+request_like = st.fixed_dictionaries(
+    {"model": st.sampled_from(["m", "", "nope", "M"]) | json_values},
+    optional={name: json_values | st.sampled_from([True, 0, -1, 10**12, "x", [], {}]) for name in FIELDS[1:]},
+)
+bodies = st.one_of(
+    st.binary(max_size=200),
+    json_values.map(orjson.dumps),
+    request_like.map(orjson.dumps),
+    st.just(b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}'),  # lone surrogate
+    st.just(b'{"model": "m"' + b" " * 1000),  # truncated
+)
+header_text = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=40)
+
+
+@pytest.fixture(scope="module")
+def fuzz_gateway() -> Iterator[ThreadServer]:
+    with Sim(dedicated_profile()) as ded, Sim(serverless_profile()) as sl:
+        config = gateway_config(ded, [sl])
+        config = config.model_copy(
+            update={
+                "auth": config.auth.model_copy(update={"admin_key": "adm"}),
+                "limits": config.limits.model_copy(update={"max_body_bytes": 4096}),
+            }
+        )
+        with ThreadServer(create_app(config)) as gw:
+            yield gw
+
+
+SEEN = MatrixRow("fuzzer (hypothesis, public endpoints)")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["POST", "GET", "PUT", "DELETE", "PATCH"]),
+    path=st.sampled_from(PATHS)
+    | st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=30).map(lambda p: "/" + p),
+    body=bodies,
+    content_type=st.sampled_from(["application/json", "text/plain", "", "application/json; charset=latin-1"])
+    | header_text,
+    authorization=st.none() | header_text.map(lambda t: "Bearer " + t) | st.just("Bearer adm"),
+    session=st.none() | header_text,
+)
+def test_the_gateway_never_answers_5xx_or_hangs(
+    fuzz_gateway, method, path, body, content_type, authorization, session
+):
+    headers = {"content-type": content_type}
+    if authorization is not None:
+        headers["authorization"] = authorization
+    if session is not None:
+        headers["x-tidegate-session"] = session
+    try:
+        response = httpx.request(method, fuzz_gateway.url + path, content=body, headers=headers, timeout=15)
+    except (httpx.InvalidURL, httpx.LocalProtocolError):
+        return  # the client library refused to send it; nothing reached the gateway
+    SEEN.requests += 1
+    assert response.status_code < 500, (response.status_code, response.text[:300])
+    if response.status_code >= 400:
+        SEEN.clean_errors += 1
+        error = response.json()["error"]
+        assert isinstance(error["message"], str) and error["message"]
+        assert set(error) >= {"message", "type", "param", "code"}
+    else:
+        SEEN.succeeded += 1
+
+
+def test_fuzzer_ran_and_is_in_the_matrix(fault_matrix):
+    # runs after the property above (file order): report what it sent
+    assert SEEN.requests > 100
+    fault_matrix.append(SEEN)
