@@ -133,6 +133,7 @@ def health_routes(store: StateStore) -> list[Route]:
             "status": "ready" if reachable and not store.degraded else "degraded",
             "state_store": store.name,
             "state_store_reachable": reachable,
+            "fallback_admissions": store.fallback_admissions,
         }
         return Response(orjson.dumps(body), media_type=_JSON)
 

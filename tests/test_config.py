@@ -36,7 +36,13 @@ def test_canonical_example_loads_and_means_what_its_comments_say():
     assert [s.name for s in model.serverless] == ["provider-a", "provider-b"]
     assert model.serverless[0].api_key == "pa"
     assert model.serverless[1].api_key == ""
-    assert (config.state.window_s, config.state.retention_s) == (60, 86400)
+    assert (config.state.window_s, config.state.retention_s, config.state.fallback_share) == (60, 86400, 0.5)
+    assert (config.limits.max_output_tokens, config.limits.drain_s) == (1048576, 30)
+    assert (model.breaker.consecutive_failures, model.breaker.cooldown_s, model.breaker.max_cooldown_s) == (
+        5,
+        5,
+        60,
+    )
     assert (model.slo.recover_ratio, model.slo.min_samples, model.slo.dwell_s) == (0.8, 20, 10)
     assert model.routing.serverless == "configured" and model.routing.max_queue_ms == 0
     signal = pool.engine_signal

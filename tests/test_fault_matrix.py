@@ -200,7 +200,7 @@ def test_redis_killed_and_restarted_mid_burst(fault_matrix):
     check(row, fault_matrix)
     assert row.succeeded == COUNT
     assert store.fallback_admissions >= 1  # some were admitted locally while Redis was away
-    assert ready["status"] == "ready"
+    assert ready["status"] == "ready" and ready["fallback_admissions"] == store.fallback_admissions
     assert leases == 0
     assert max_seen <= 4
 

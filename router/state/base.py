@@ -53,6 +53,7 @@ class Snapshot:
 class StateStore(Protocol):
     name: str
     degraded: bool  # True while shared state is unreachable and decisions are local
+    fallback_admissions: int  # slots granted locally because the shared store was unreachable
 
     async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None: ...
 

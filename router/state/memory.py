@@ -21,6 +21,7 @@ class MemoryStore:
 
     name = "memory"
     degraded = False  # nothing to lose contact with
+    fallback_admissions = 0
 
     def __init__(self, routes: Sequence[str] = (), *, window_s: float = 60.0) -> None:
         self._held: defaultdict[str, set[str]] = defaultdict(set)
