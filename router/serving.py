@@ -88,9 +88,7 @@ def run(main: Served, companions: Sequence[Served] = (), log_level: str = "warni
     uvloop.run(serve_all(main, companions, log_level))
 
 
-def run_workers(
-    make_app: Callable[[], ASGIApp], sock: socket.socket, workers: int, drain_s: int = 30
-) -> int:
+def run_workers(make_app: Callable[[], ASGIApp], sock: socket.socket, workers: int, drain_s: int = 30) -> int:
     """Pre-fork `workers` processes that accept on the same listening socket; each builds its
     own app (its own event loop, upstream pools and store connections). SIGTERM/SIGINT are
     passed on to every worker; when one worker ends on its own, the others are stopped too
