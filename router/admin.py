@@ -14,6 +14,7 @@ from router.auth import KeyDigests, bearer_token
 from router.config import GatewayConfig, ModelConfig
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
 from router.latency import Figures, route_key
+from router.report import parse_window, routes_report
 from router.signals import Signals
 from router.state.base import Snapshot, StateStore
 
@@ -73,6 +74,19 @@ def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> 
             "window_s": config.state.window_s,
             "state_store": store.name,
         }
+
+    @router.get("/routes")
+    async def get_routes(window: str = "5m") -> dict[str, Any]:
+        try:
+            window_s = parse_window(window)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param="window") from None
+        if not 1 <= window_s <= config.state.retention_s:
+            raise InvalidRequest(
+                f"window must be from 1 s to state.retention_s ({config.state.retention_s:g} s)",
+                param="window",
+            )
+        return await routes_report(config, store, signals.snapshot(), window_s)
 
     @router.get("/models/{model}")
     async def get_model(model: str) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def store_for(config: GatewayConfig) -> StateStore:
     state = config.state
     routes = [route_key(name, e.name) for name, model in config.models.items() for e in model.endpoints]
     if not state.redis_url:
-        return MemoryStore(routes, window_s=state.window_s)
+        return MemoryStore(routes, window_s=state.window_s, retention_s=state.retention_s)
     pools = [d.name for model in config.models.values() for d in model.dedicated]
     return RedisStore(
         state.redis_url,

@@ -19,6 +19,7 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from policies.base import Decision, Policy, Reason, RequestContext
+from policies.canary import bucket
 from router.breaker import Breakers
 from router.budget import RetryBudget
 from router.config import BreakerConfig, DedicatedEndpoint, Endpoint, GatewayConfig, ModelConfig
@@ -62,6 +63,7 @@ class _Job:
     cursor: int = 0
     attempts: list[Attempt] = field(default_factory=list)
     last_target: Endpoint | None = None
+    stickiness_key: str = ""
     budget_denied: bool = False
     attempt_started: float = 0.0  # monotonic; the current attempt's request was sent after it
     queue_ms: float = 0.0  # time spent waiting in line for a dedicated slot
@@ -97,10 +99,21 @@ class Dispatcher:
         config = self._config.models.get(request.model)
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
-        context = RequestContext(request.model, config, request.stream, _stickiness(request, headers))
+        key = _stickiness(request, headers)
+        context = RequestContext(request.model, config, request.stream, key)
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
-        job = _Job(path, request, config, headers, received_at, decision, decision.reason, snapshot)
+        job = _Job(
+            path,
+            request,
+            config,
+            headers,
+            received_at,
+            decision,
+            decision.reason,
+            snapshot,
+            stickiness_key=key,
+        )
         self._budgets[request.model].request()
         try:
             return await self._attempts(job)
@@ -198,6 +211,7 @@ class Dispatcher:
         started = time.monotonic()
         lease = await self._store.try_acquire(target.name, target.max_concurrency, wait_s)
         job.queue_ms = _ms(started)
+        self._store.observe(route_key(job.request.model, target.name), Metric.QUEUE, job.queue_ms)
         return lease
 
     def _note_target(self, job: _Job, target: Endpoint, skipped: int) -> None:
@@ -255,12 +269,15 @@ class Dispatcher:
         elif not result.completed:
             error = "client_gone"
         ttft = (result.first_token_at - job.received_at) * 1000 if result.first_token_at else None
-        self._observe_stream(job, target, result, served=error is None)
+        itl = self._observe_stream(job, target, result, served=error is None)
         if result.error is not None:  # the upstream failed mid-stream
             self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
         estimated = usage.output_tokens is None
         output = result.output_events if estimated else usage.output_tokens
-        measures = Measures(ttft, usage.input_tokens, output, error, estimated, job.queue_ms)
+        rate = None
+        if itl and output and result.output_events > 1:  # tokens over the span of the output events
+            rate = round(output / (itl * (result.output_events - 1) / 1000.0), 2)
+        measures = Measures(ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate)
         if result.error is not None:
             outcome = RetryOutcome.FAILED_MID_STREAM
         elif error is not None:
@@ -269,14 +286,22 @@ class Dispatcher:
             outcome = _served(job, target)
         self._record(job, target, status, measures, outcome)
 
-    def _observe_stream(self, job: _Job, target: Endpoint, result: StreamResult, *, served: bool) -> None:
+    def _observe_stream(
+        self, job: _Job, target: Endpoint, result: StreamResult, *, served: bool
+    ) -> float | None:
         """The route's own latency: from this attempt's request, not from the client's (a
-        failover's earlier attempts and the wait in line are not the route's doing)."""
+        failover's earlier attempts and the wait in line are not the route's doing).
+        Returns the stream's mean inter-token latency (ms) when it had 2+ output events."""
         route = route_key(job.request.model, target.name)
+        itl = None
         if result.first_token_at:
             self._store.observe(route, Metric.TTFT, (result.first_token_at - job.attempt_started) * 1000)
+            if result.output_events > 1:
+                itl = (time.monotonic() - result.first_token_at) * 1000 / (result.output_events - 1)
+                self._store.observe(route, Metric.ITL, itl)
         if served:
             self._store.observe(route, Metric.E2E, _ms(job.attempt_started))
+        return itl
 
     def _failed(self, job: _Job, exc: UpstreamFailure) -> Reply:
         target = job.last_target
@@ -304,6 +329,7 @@ class Dispatcher:
     def _record(
         self, job: _Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
     ) -> None:
+        self._count(job, target, status, measures, outcome)
         self._recorder.record(
             Outcome(
                 model=job.request.model,
@@ -317,8 +343,30 @@ class Dispatcher:
                 outcome=outcome,
                 attempts=tuple(job.attempts),
                 retry_budget_denied=job.budget_denied,
+                stickiness_bucket=bucket(job.request.model, job.stickiness_key),
             )
         )
+
+    def _count(
+        self, job: _Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
+    ) -> None:
+        """The request in its final route's shared counters (`-` when no route was tried)."""
+        counts: dict[str, float] = {
+            "requests": 1,
+            f"outcome:{outcome.value}": 1,
+            f"reason:{job.reason.value}": 1,
+        }
+        if status >= 400 or measures.error is not None:
+            counts["errors"] = 1
+        if len(job.attempts) > 1:
+            counts["retries"] = len(job.attempts) - 1
+        if measures.input_tokens:
+            counts["tokens_in"] = measures.input_tokens
+        if measures.output_tokens:
+            counts["tokens_out"] = measures.output_tokens
+        if isinstance(target, DedicatedEndpoint) and job.attempt_started:
+            counts["busy_ms"] = _ms(job.attempt_started)  # slot held: admission -> now
+        self._store.count(route_key(job.request.model, target.name if target else "-"), counts)
 
     async def _release(self, lease: Lease | None) -> None:
         if lease is not None:

@@ -30,6 +30,8 @@ MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 class Metric(StrEnum):
     TTFT = "ttft"  # attempt sent -> first output event (streams)
     E2E = "e2e"  # attempt sent -> last byte (successful answers)
+    ITL = "itl"  # mean gap between output events of one stream
+    QUEUE = "queue"  # time a request waited in line for a dedicated slot (when it waited)
 
 
 def route_key(model: str, endpoint: str) -> str:
@@ -139,6 +141,39 @@ class LatencyBook:
 
     def forget_before(self, wall_s: float) -> None:
         for key in [k for k in self._slices if k[2] + SLICE_S <= wall_s]:
+            del self._slices[key]
+
+
+Counts = dict[str, float]
+
+
+def add_counts(into: Counts, counts: Mapping[str, float]) -> None:
+    for name, value in counts.items():
+        into[name] = into.get(name, 0.0) + value
+
+
+class CountBook:
+    """Counters per (route, slice): requests, errors, outcomes, reasons, tokens, busy time.
+    Merged like the histograms, by summing (HINCRBYFLOAT in Redis)."""
+
+    def __init__(self) -> None:
+        self._slices: dict[tuple[str, int], Counts] = {}
+
+    def add(self, route: str, counts: Mapping[str, float], wall_s: float) -> None:
+        add_counts(self._slices.setdefault((route, slice_of(wall_s)), {}), counts)
+
+    def drain(self) -> dict[tuple[str, int], Counts]:
+        slices, self._slices = self._slices, {}
+        return slices
+
+    def window(self, route: str, wall_s: float, window_s: float) -> Counts:
+        merged: Counts = {}
+        for start in slices_in_window(wall_s, window_s):
+            add_counts(merged, self._slices.get((route, start), {}))
+        return merged
+
+    def forget_before(self, wall_s: float) -> None:
+        for key in [k for k in self._slices if k[1] + SLICE_S <= wall_s]:
             del self._slices[key]
 
 

@@ -45,6 +45,8 @@ class Measures:
     error: str | None = None  # None: served in full
     tokens_estimated: bool = False  # the upstream sent no usage; output counted from events
     queue_ms: float = 0.0  # waited in line for a dedicated slot
+    itl_ms: float | None = None  # mean gap between output events (streams with 2+ events)
+    output_tokens_per_s: float | None = None  # output tokens / (last event - first event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,8 @@ class Outcome:
     outcome: RetryOutcome
     attempts: tuple[Attempt, ...] = field(default=())
     retry_budget_denied: bool = False  # a retry was wanted but the model's budget was spent
+    stickiness_bucket: float | None = None  # the key's canary bucket in [0, 100)
+    overhead_ms: float | None = None  # time spent in the gateway itself (see dispatch.py)
 
 
 @dataclass(slots=True)

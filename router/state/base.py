@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from router.latency import Figures, Histogram, Metric
+from router.latency import Counts, Figures, Histogram, Metric
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,12 @@ class StateStore(Protocol):
     async def release(self, lease: Lease) -> None: ...
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None: ...
+
+    def count(self, route: str, counts: Mapping[str, float]) -> None:
+        """Add to `route`'s counters (no I/O; merged in the background like `observe`)."""
+
+    async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]:
+        """Each route's summed counters over the last `window_s` seconds, from every process."""
 
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         """Open (or extend) `route`'s circuit for every process: the n-th trip since the route

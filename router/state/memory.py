@@ -7,12 +7,13 @@ import contextlib
 import itertools
 import time
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from router.latency import Histogram, LatencyBook, Metric, figures_by_route
+from router.latency import CountBook, Counts, Histogram, LatencyBook, Metric, figures_by_route
 from router.state.base import Lease, Snapshot
 
 _REFRESH_S = 1.0
+_MAX_KEEP_S = 3600.0  # in-process history is bounded: an hour of slices at most
 
 
 class MemoryStore:
@@ -23,7 +24,9 @@ class MemoryStore:
     degraded = False  # nothing to lose contact with
     fallback_admissions = 0
 
-    def __init__(self, routes: Sequence[str] = (), *, window_s: float = 60.0) -> None:
+    def __init__(
+        self, routes: Sequence[str] = (), *, window_s: float = 60.0, retention_s: float = 3600.0
+    ) -> None:
         self._held: defaultdict[str, set[str]] = defaultdict(set)
         self._capacity: dict[str, int] = {}
         self._queues: defaultdict[str, deque[asyncio.Future[Lease]]] = defaultdict(deque)
@@ -31,6 +34,8 @@ class MemoryStore:
         self._canary: dict[str, float] = {}
         self._circuits: dict[str, tuple[float, int]] = {}  # route -> (cooldown end, trips)
         self._book = LatencyBook()
+        self._counts = CountBook()
+        self._keep_s = min(max(retention_s, window_s), _MAX_KEEP_S)
         self._routes = tuple(routes)
         self._window_s = window_s
         self._figures = Snapshot(now=0.0)
@@ -80,6 +85,13 @@ class MemoryStore:
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         self._book.observe(route, metric, value_ms, time.time())
 
+    def count(self, route: str, counts: Mapping[str, float]) -> None:
+        self._counts.add(route, counts, time.time())
+
+    async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]:
+        wall = time.time()
+        return {route: self._counts.window(route, wall, window_s) for route in routes}
+
     async def latency_window(
         self, routes: Sequence[str], metric: Metric, window_s: float
     ) -> dict[str, Histogram]:
@@ -100,7 +112,8 @@ class MemoryStore:
     async def refresh(self) -> None:
         """Recompute the windowed figures and drop slices older than the window."""
         wall = time.time()
-        self._book.forget_before(wall - self._window_s - 60)
+        self._book.forget_before(wall - self._keep_s - 60)
+        self._counts.forget_before(wall - self._keep_s - 60)
         ttft = await self.latency_window(self._routes, Metric.TTFT, self._window_s)
         e2e = await self.latency_window(self._routes, Metric.E2E, self._window_s)
         self._figures = Snapshot(

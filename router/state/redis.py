@@ -35,14 +35,25 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
-from router.latency import Histogram, LatencyBook, Metric, figures_by_route, slices_in_window
+from router.latency import (
+    CountBook,
+    Counts,
+    Histogram,
+    LatencyBook,
+    Metric,
+    add_counts,
+    figures_by_route,
+    slices_in_window,
+)
 from router.state.base import Lease, Snapshot
 from router.state.memory import MemoryStore
 
@@ -183,6 +194,7 @@ class RedisStore:
         self._held: dict[str, set[str]] = {}
         self._released: dict[str, asyncio.Event] = {}
         self._book = LatencyBook()
+        self._counts = CountBook()
         self._snapshot = Snapshot(now=0.0)
         self._tasks: list[asyncio.Task[None]] = []
         self._cleanups: set[asyncio.Task[None]] = set()
@@ -196,6 +208,9 @@ class RedisStore:
 
     def breaker_key(self, route: str) -> str:
         return f"{self._prefix}:breaker:{route}"
+
+    def counts_key(self, route: str, start: int) -> str:
+        return f"{self._prefix}:cnt:{route}:{start}"
 
     def latency_key(self, route: str, metric: Metric, start: int) -> str:
         return f"{self._prefix}:lat:{route}:{metric.value}:{start}"
@@ -282,6 +297,24 @@ class RedisStore:
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         self._book.observe(route, metric, value_ms, time.time())
 
+    def count(self, route: str, counts: Mapping[str, float]) -> None:
+        self._counts.add(route, counts, time.time())
+
+    async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]:
+        starts = slices_in_window(time.time(), window_s)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for route in routes:
+                for start in starts:
+                    pipe.hgetall(self.counts_key(route, start))
+            replies = await self._read(pipe)
+        windows: dict[str, Counts] = {}
+        for i, route in enumerate(routes):
+            merged: Counts = {}
+            for fields in replies[i * len(starts) : (i + 1) * len(starts)]:
+                add_counts(merged, {k.decode(): float(v) for k, v in fields.items()})
+            windows[route] = merged
+        return windows
+
     def snapshot(self) -> Snapshot:
         if self.degraded:
             local = self._local.snapshot()
@@ -366,7 +399,7 @@ class RedisStore:
             for route in routes:
                 for start in starts:
                     pipe.hgetall(self.latency_key(route, metric, start))
-            replies = await pipe.execute()
+            replies = await self._read(pipe)
         windows: dict[str, Histogram] = {}
         per_route = len(starts)
         for i, route in enumerate(routes):
@@ -376,11 +409,20 @@ class RedisStore:
             windows[route] = merged
         return windows
 
+    @staticmethod
+    async def _read(pipe: Pipeline) -> list[Any]:
+        """Run a pipeline of reads; Redis being away is StoreUnavailable for the caller."""
+        try:
+            return list(await pipe.execute())
+        except RedisError as exc:
+            raise StoreUnavailable(f"Redis is unreachable ({exc})") from exc
+
     async def flush(self) -> None:
         """Merge the buffered samples into Redis (one round trip); on failure they are lost,
         counted in the warning, rather than piling up while Redis is away."""
         slices = self._book.drain()
-        if not slices:
+        counted = self._counts.drain()
+        if not slices and not counted:
             return
         async with self._redis.pipeline(transaction=False) as pipe:
             for (route, metric, start), histogram in slices.items():
@@ -389,6 +431,11 @@ class RedisStore:
                     pipe.hincrby(key, str(bucket), count)
                 pipe.hincrbyfloat(key, Histogram.SUM_FIELD, histogram.total)
                 pipe.hincrbyfloat(key, Histogram.SQUARES_FIELD, histogram.total_sq)
+                pipe.expire(key, self._retention_s)
+            for (route, start), counts in counted.items():
+                key = self.counts_key(route, start)
+                for name, value in counts.items():
+                    pipe.hincrbyfloat(key, name, value)
                 pipe.expire(key, self._retention_s)
             try:
                 await pipe.execute()
@@ -453,7 +500,7 @@ class RedisStore:
         while not self._stopping.is_set():
             try:
                 await job()
-            except RedisError as exc:
+            except (RedisError, StoreUnavailable) as exc:
                 log.warning("state store: background %s failed: %s", job.__name__, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), interval)

@@ -1,0 +1,134 @@
+"""The routes report behind `GET /admin/routes` and `tidegate stats`: per model and route, what
+happened over a window, from the histograms and counters every replica merged into the store.
+
+Times are milliseconds; rates are fractions in [0, 1]; `cv_percent` is std / mean x 100 as the
+field notes report it, with their verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import Any
+
+from router.config import DedicatedEndpoint, GatewayConfig
+from router.latency import SLICE_S, Counts, Histogram, Metric, route_key, slice_of
+from router.state.base import Snapshot, StateStore
+
+_WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, None: 1}
+UNROUTED = "-"  # the counters of requests that never reached an endpoint
+
+
+def parse_window(text: str) -> float:
+    """`300`, `30s`, `5m`, `1h` -> seconds; ValueError otherwise."""
+    found = _WINDOW.match(text)
+    if not found:
+        raise ValueError(f"window {text!r} is not a duration like 30s, 5m or 1h")
+    return float(found.group(1)) * _UNIT_S[found.group(2)]
+
+
+def cv_verdict(cv_percent: float) -> str:
+    """The field notes' reading of TTFT variability."""
+    if cv_percent > 300:
+        return "not production-ready"
+    if cv_percent > 100:
+        return "cold starts"
+    if cv_percent >= 40:
+        return "variable"
+    return "solid"
+
+
+def latency(histogram: Histogram) -> dict[str, Any] | None:
+    figures = histogram.figures()
+    if figures is None:
+        return None
+    cv_percent = figures.cv * 100
+    return {
+        "samples": figures.samples,
+        "p50": round(figures.p50, 2),
+        "p95": round(figures.p95, 2),
+        "p99": round(figures.p99, 2),
+        "mean": round(figures.mean, 2),
+        "std": round(figures.cv * figures.mean, 2),
+        "cv_percent": round(cv_percent, 1),
+        "verdict": cv_verdict(cv_percent),
+    }
+
+
+def _prefixed(counts: Counts, prefix: str) -> dict[str, int]:
+    return {k.removeprefix(prefix): int(v) for k, v in sorted(counts.items()) if k.startswith(prefix)}
+
+
+def _spanned_s(window_s: float, wall: float) -> float:
+    """Seconds the window's whole slices cover up to now (the denominator of utilization)."""
+    first = slice_of(wall - window_s + 1e-9)
+    return max(wall - first, 1e-9)
+
+
+async def routes_report(
+    config: GatewayConfig, store: StateStore, snapshot: Snapshot, window_s: float
+) -> dict[str, Any]:
+    """The report over the last `window_s` seconds; `snapshot` supplies the live in-flight."""
+    routes = [route_key(m, e.name) for m, model in config.models.items() for e in model.endpoints]
+    unrouted = [route_key(m, UNROUTED) for m in config.models]
+    histograms = {metric: await store.latency_window(routes, metric, window_s) for metric in Metric}
+    counts = await store.counts_window([*routes, *unrouted], window_s)
+    spanned = _spanned_s(window_s, time.time())
+    models: dict[str, Any] = {}
+    for name, model in config.models.items():
+        per_route: dict[str, Any] = {}
+        for endpoint in model.endpoints:
+            key = route_key(name, endpoint.name)
+            c = counts.get(key, {})
+            requests = int(c.get("requests", 0))
+            entry: dict[str, Any] = {
+                "kind": endpoint.kind.value,
+                "requests": requests,
+                "success_rate": round(1 - c.get("errors", 0) / requests, 4) if requests else None,
+                "ttft_ms": latency(histograms[Metric.TTFT][key]),
+                "itl_p50_ms": _p(histograms[Metric.ITL][key], 0.5),
+                "e2e_p95_ms": _p(histograms[Metric.E2E][key], 0.95),
+                "queue_wait_p95_ms": _p(histograms[Metric.QUEUE][key], 0.95),
+                "reasons": _prefixed(c, "reason:"),
+                "outcomes": _prefixed(c, "outcome:"),
+                "tokens_in": int(c.get("tokens_in", 0)),
+                "tokens_out": int(c.get("tokens_out", 0)),
+            }
+            if isinstance(endpoint, DedicatedEndpoint):
+                in_flight = snapshot.in_flight.get(endpoint.name, 0)
+                entry["in_flight"] = in_flight
+                entry["queue_depth"] = in_flight + snapshot.waiting.get(endpoint.name, 0)
+                busy_s = c.get("busy_ms", 0.0) / 1000
+                entry["utilization"] = round(busy_s / (endpoint.max_concurrency * spanned), 4)
+            per_route[endpoint.name] = entry
+        per_route_counts = [counts.get(route_key(name, e.name), {}) for e in model.endpoints]
+        per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))
+        models[name] = _model_totals(per_route_counts) | {"routes": per_route}
+    return {"window_s": window_s, "slice_s": SLICE_S, "state_store": store.name, "models": models}
+
+
+def _model_totals(route_counts: list[Counts]) -> dict[str, Any]:
+    total: Counts = {}
+    for c in route_counts:
+        for k, v in c.items():
+            total[k] = total.get(k, 0.0) + v
+    requests = int(total.get("requests", 0))
+    reasons = _prefixed(total, "reason:")
+    spilled = {r: n for r, n in reasons.items() if r not in ("baseline", "serverless_only")}
+    return {
+        "requests": requests,
+        "success_rate": round(1 - total.get("errors", 0) / requests, 4) if requests else None,
+        "spill_rate": {r: round(n / requests, 4) for r, n in spilled.items()} if requests else {},
+        "retry_outcomes": _prefixed(total, "outcome:"),
+        "retries": int(total.get("retries", 0)),
+    }
+
+
+def _p(histogram: Histogram, q: float) -> float | None:
+    figures = histogram.figures()
+    if figures is None:
+        return None
+    value = {0.5: figures.p50, 0.95: figures.p95, 0.99: figures.p99}[q]
+    return None if math.isnan(value) else round(value, 2)
