@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -138,6 +139,15 @@ def health_routes(store: StateStore) -> list[Route]:
         return Response(orjson.dumps(body), media_type=_JSON)
 
     return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+
+
+def metrics_route(registry: CollectorRegistry) -> Route:
+    """Prometheus text exposition of this process's registry (see router/telemetry.py)."""
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Route("/metrics", metrics, methods=["GET"])
 
 
 async def _ping(store: StateStore) -> bool:

@@ -31,6 +31,7 @@ from router.signals import Signals
 from router.state.base import StateStore
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
+from router.telemetry import Telemetry, default_providers
 from router.upstream import TransportFactory, Upstream, aiohttp_transport
 
 log = logging.getLogger("tidegate")
@@ -74,13 +75,20 @@ def create_app(
     store: StateStore | None = None,
     transport: TransportFactory = aiohttp_transport,
     recorder: Recorder | None = None,
+    telemetry: Telemetry | None = None,
 ) -> FastAPI:
+    """`telemetry` defaults to OTLP export when the standard OTEL_* variables are set, and no
+    tracing otherwise; `/metrics` serves its Prometheus registry either way."""
     store = store or store_for(config)
     endpoints = [e for model in config.models.values() for e in model.endpoints]
     upstream = Upstream(endpoints, transport)
-    recorder = recorder or Recorder()
+    telemetry = telemetry or Telemetry(*default_providers())
+    recorder = recorder or Recorder(sinks=[telemetry])
     signals = Signals(config, store)
-    dispatcher = Dispatcher(config, store, upstream, recorder, build_policies(config), signals=signals)
+    telemetry.watch(signals.snapshot, store)
+    dispatcher = Dispatcher(
+        config, store, upstream, recorder, build_policies(config), signals=signals, telemetry=telemetry
+    )
     keys = ApiKeys(config.auth.api_keys)
 
     @asynccontextmanager
@@ -98,10 +106,12 @@ def create_app(
     app.state.recorder = recorder
     app.state.store = store
     app.state.signals = signals
+    app.state.telemetry = telemetry
     for path in api.PROXIED_PATHS:
         app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits.max_body_bytes))
     app.router.routes.append(api.models_route(config))
     app.router.routes.extend(api.health_routes(store))
+    app.router.routes.append(api.metrics_route(telemetry.registry))
     app.include_router(admin_router(config, store, signals))
     _install_error_handlers(app)
     return app

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import httpx
+from opentelemetry.trace import Span, StatusCode
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from policies.base import Decision, Policy, Reason, RequestContext
@@ -30,6 +31,18 @@ from router.records import Attempt, Measures, Outcome, Recorder, RetryOutcome
 from router.relay import StreamResult, Usage, relay_stream, usage_of_body
 from router.signals import Signals
 from router.state.base import Lease, Snapshot, StateStore
+from router.telemetry import (
+    ERROR_TYPE,
+    GEN_AI_INPUT_TOKENS,
+    GEN_AI_OUTPUT_TOKENS,
+    GEN_AI_RESPONSE_MODEL,
+    KIND,
+    OUTCOME,
+    REASON,
+    ROUTE,
+    Telemetry,
+    trace_headers,
+)
 from router.upstream import Upstream, response_headers
 
 # Paths whose streams end with `data: [DONE]` and accept `stream_options.include_usage`.
@@ -64,6 +77,10 @@ class _Job:
     attempts: list[Attempt] = field(default_factory=list)
     last_target: Endpoint | None = None
     stickiness_key: str = ""
+    span: Span | None = None  # the request's span (None: tracing off)
+    attempt_span: Span | None = None
+    overhead_ms: float | None = None
+    backoff_ms: float = 0.0  # slept between attempts (not the gateway's overhead)
     budget_denied: bool = False
     attempt_started: float = 0.0  # monotonic; the current attempt's request was sent after it
     queue_ms: float = 0.0  # time spent waiting in line for a dedicated slot
@@ -80,12 +97,14 @@ class Dispatcher:
         *,
         signals: Signals | None = None,
         breakers: Breakers | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._signals = signals or Signals(config, store)
         self._breakers = breakers or Breakers(store, breaker_configs(config))
         self._budgets = {name: RetryBudget(model.retry) for name, model in config.models.items()}
+        self._telemetry = telemetry or Telemetry()
         self._upstream = upstream
         self._recorder = recorder
         self._policies = policies
@@ -114,6 +133,7 @@ class Dispatcher:
             snapshot,
             stickiness_key=key,
         )
+        job.span = self._telemetry.start_request(path, request.model, headers)
         self._budgets[request.model].request()
         try:
             return await self._attempts(job)
@@ -151,15 +171,18 @@ class Dispatcher:
         target, lease = await self._admit(job)
         started = job.attempt_started = time.monotonic()
         body = upstream_body(job.request, target.model, ask_usage=job.path in _DONE_TERMINATED)
+        job.attempt_span = self._telemetry.start_attempt(job.span, len(job.attempts) + 1, target)
+        context = trace_headers(job.attempt_span)
         response: httpx.Response | None = None
         try:
-            response = await self._upstream.open(target, job.path, body, job.headers)
+            response = await self._upstream.open(target, job.path, body, job.headers, context)
             if job.request.stream:
                 reply = await self._stream_reply(job, target, response, lease)
             else:
                 reply = await self._body_reply(job, target, response)
         except UpstreamFailure as exc:
             job.attempts.append(Attempt(target.name, type(exc).__name__, _ms(started)))
+            _end_span(job.attempt_span, type(exc).__name__)
             if exc.blames_endpoint:
                 self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
             await self._release(lease)
@@ -177,6 +200,8 @@ class Dispatcher:
             self._breakers.record(route_key(job.request.model, target.name), True, job.snapshot)
         reply.headers["x-tidegate-attempts"] = str(len(job.attempts))
         reply.headers["x-tidegate-outcome"] = _served(job, target).value
+        job.overhead_ms = _overhead_ms(job)
+        reply.headers["x-tidegate-overhead-ms"] = f"{job.overhead_ms:.3f}"
         if reply.stream is None:
             reply.on_close = lambda: self._close_body(job, target, reply, lease)
         return reply
@@ -330,6 +355,8 @@ class Dispatcher:
         self, job: _Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
     ) -> None:
         self._count(job, target, status, measures, outcome)
+        if job.span is not None:
+            self._end_spans(job, target, status, measures, outcome)
         self._recorder.record(
             Outcome(
                 model=job.request.model,
@@ -344,8 +371,30 @@ class Dispatcher:
                 attempts=tuple(job.attempts),
                 retry_budget_denied=job.budget_denied,
                 stickiness_bucket=bucket(job.request.model, job.stickiness_key),
+                overhead_ms=job.overhead_ms,
             )
         )
+
+    def _end_spans(
+        self, job: _Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
+    ) -> None:
+        error = measures.error if (measures.error or status >= 400) else None
+        if job.attempt_span is not None and job.attempt_span.is_recording():
+            _end_span(job.attempt_span, error)
+        span = job.span
+        assert span is not None
+        span.set_attribute(REASON, job.reason.value)
+        span.set_attribute(OUTCOME, outcome.value)
+        span.set_attribute("http.response.status_code", status)
+        if target is not None:
+            span.set_attribute(ROUTE, target.name)
+            span.set_attribute(KIND, target.kind.value)
+            span.set_attribute(GEN_AI_RESPONSE_MODEL, target.model)
+        if measures.input_tokens is not None:
+            span.set_attribute(GEN_AI_INPUT_TOKENS, measures.input_tokens)
+        if measures.output_tokens is not None:
+            span.set_attribute(GEN_AI_OUTPUT_TOKENS, measures.output_tokens)
+        _end_span(span, error)
 
     def _count(
         self, job: _Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
@@ -385,10 +434,12 @@ class Dispatcher:
         if self._fails_over(job, exc):
             return 0.0
         if isinstance(exc, GatewayError) and exc.retry_after_s is not None:
-            return min(exc.retry_after_s, _MAX_RETRY_AFTER_S)
-        base = job.config.retry.backoff_ms / 1000.0 * 2.0 ** (state.attempt_number - 1)
-        jitter: float = random.uniform(0.5, 1.0)
-        return base * jitter
+            wait = min(exc.retry_after_s, _MAX_RETRY_AFTER_S)
+        else:
+            base = job.config.retry.backoff_ms / 1000.0 * 2.0 ** (state.attempt_number - 1)
+            wait = base * random.uniform(0.5, 1.0)
+        job.backoff_ms += wait * 1000
+        return wait
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -401,6 +452,23 @@ def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, UpstreamStatus):
         return exc.is_retryable
     return isinstance(exc, UpstreamFailure)
+
+
+def _end_span(span: Span | None, error: str | None) -> None:
+    if span is None:
+        return
+    if error is not None:
+        span.set_attribute(ERROR_TYPE, error)
+        span.set_status(StatusCode.ERROR, error)
+    span.end()
+
+
+def _overhead_ms(job: _Job) -> float:
+    """Time the gateway itself spent before the answer started: since the request arrived,
+    minus the wait in line, backoff sleeps and the time each upstream attempt took (the
+    current one up to its headers or first event)."""
+    upstream = sum(a.duration_ms for a in job.attempts)
+    return max(0.0, _ms(job.received_at) - job.queue_ms - job.backoff_ms - upstream)
 
 
 def _served(job: _Job, target: Endpoint) -> RetryOutcome:

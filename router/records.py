@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 import orjson
 
@@ -75,16 +77,24 @@ class RouteTotals:
     e2e_ms: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
 
 
+class OutcomeSink(Protocol):
+    def record(self, outcome: Outcome) -> None: ...
+
+
 class Recorder:
     """Logs every outcome and keeps recent per-route figures. Not thread-safe (one loop)."""
 
-    def __init__(self, logger: logging.Logger | None = None) -> None:
+    def __init__(self, logger: logging.Logger | None = None, sinks: Sequence[OutcomeSink] = ()) -> None:
+        """`sinks` also get every outcome (the app passes its Telemetry)."""
         self._log = logger or logging.getLogger(ACCESS_LOG)
+        self._sinks = tuple(sinks)
         self.routes: dict[tuple[str, str], RouteTotals] = {}
         self.reasons: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
 
     def record(self, outcome: Outcome) -> None:
+        for sink in self._sinks:
+            sink.record(outcome)
         self.reasons[outcome.reason] += 1
         self.outcomes[outcome.outcome] += 1
         totals = self.routes.setdefault((outcome.model, outcome.route or "-"), RouteTotals())

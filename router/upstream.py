@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 import aiohttp
 import httpx
@@ -69,9 +69,16 @@ class Upstream:
             )
 
     async def open(
-        self, endpoint: Endpoint, path: str, body: bytes, client_headers: Iterable[tuple[bytes, bytes]]
+        self,
+        endpoint: Endpoint,
+        path: str,
+        body: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        trace_context: Sequence[tuple[bytes, bytes]] = (),
     ) -> httpx.Response:
         """Send a POST and return the response once its headers arrived (body not read).
+        `trace_context` (W3C `traceparent`/`tracestate` of the attempt's span) replaces the
+        client's own, so the upstream's spans hang under the attempt.
 
         Raises UpstreamStatus for a non-2xx answer (its body read, the response closed),
         UpstreamTimeout when no headers came within the endpoint's `ttft_s`, and
@@ -82,7 +89,7 @@ class Upstream:
             "POST",
             endpoint.base_url.rstrip("/") + path,
             content=body,
-            headers=_upstream_headers(client_headers, endpoint.api_key),
+            headers=_upstream_headers(client_headers, endpoint.api_key, trace_context),
         )
         try:
             async with asyncio.timeout(endpoint.timeouts.ttft_s):
@@ -159,13 +166,17 @@ def translate(exc: httpx.HTTPError, endpoint: Endpoint) -> UpstreamFailure:
 
 
 def _upstream_headers(
-    client_headers: Iterable[tuple[bytes, bytes]], api_key: str
+    client_headers: Iterable[tuple[bytes, bytes]],
+    api_key: str,
+    trace_context: Sequence[tuple[bytes, bytes]] = (),
 ) -> list[tuple[bytes, bytes]]:
+    replaced = {k for k, _ in trace_context}
     headers = [
         (k, v)
         for k, v in client_headers
-        if k not in _DROP_REQUEST_HEADERS and not k.startswith(b"x-tidegate-")
+        if k not in _DROP_REQUEST_HEADERS and not k.startswith(b"x-tidegate-") and k not in replaced
     ]
+    headers.extend(trace_context)
     headers.append((b"accept-encoding", b"identity"))
     if api_key:
         headers.append((b"authorization", b"Bearer " + api_key.encode()))

@@ -39,6 +39,7 @@ class SimState:
     def __init__(self, profile: SimProfile) -> None:
         self.profile = profile
         self.engine = Engine(lambda: self.profile)
+        self.last_traceparent: str | None = None  # W3C trace context of the latest request
 
     def update(self, changes: dict[str, Any]) -> None:
         faults = changes.pop("faults", None)
@@ -129,6 +130,7 @@ def _embeddings(state: SimState) -> Any:
 
 async def _read(request: Request, state: SimState) -> tuple[dict[str, Any], Response | None]:
     """The parsed body, or an early answer: a bad request or an injected fault."""
+    state.last_traceparent = request.headers.get("traceparent")
     try:
         payload = orjson.loads(await request.body())
     except orjson.JSONDecodeError:
@@ -204,6 +206,7 @@ def _stats(state: SimState) -> Any:
             "cancelled": c.cancelled,
             "cold_starts": c.cold_starts,
             "faults": c.faults,
+            "last_traceparent": state.last_traceparent,
             "queue_wait_ms": {
                 "count": len(waits),
                 "mean": statistics.fmean(waits) * 1000 if waits else 0.0,
