@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-import httpx
+from rich.console import Console, Group
+from rich.live import Live
 
+from router.admin_client import AdminCallFailed, call_admin
 from router.app import build_policies, create_app
 from router.config import ConfigError, load_config, parse_config
 from router.serving import Served, bind, configure_logging, run, run_workers
 from router.sim.app import create_sim_app
 from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
+from router.stats import render
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,46 +58,70 @@ def _parser() -> argparse.ArgumentParser:
     canary_set = canary_commands.add_parser("set", help="set MODEL's canary percent on every replica")
     canary_set.add_argument("model")
     canary_set.add_argument("percent", type=float)
-    canary_set.add_argument(
-        "--url",
-        default=os.environ.get("TIDEGATE_URL", "http://127.0.0.1:8000"),
-        help="the gateway's base URL (env TIDEGATE_URL)",
-    )
-    canary_set.add_argument(
-        "--admin-key",
-        default=os.environ.get("TIDEGATE_ADMIN_KEY", ""),
-        help="the admin key (env TIDEGATE_ADMIN_KEY)",
-    )
+    _add_admin_args(canary_set)
     canary_set.set_defaults(run=_canary_set)
+
+    stats = commands.add_parser(
+        "stats", help="per-route figures over a window, as tables (GET /admin/routes)"
+    )
+    stats.add_argument("--window", default="5m", help="e.g. 30s, 5m, 1h (default 5m)")
+    stats.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    stats.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
+    _add_admin_args(stats)
+    stats.set_defaults(run=_stats)
 
     _add_sim_parser(commands)
     return parser
 
 
+def _add_admin_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("TIDEGATE_URL", "http://127.0.0.1:8000"),
+        help="the gateway's base URL (env TIDEGATE_URL)",
+    )
+    parser.add_argument(
+        "--admin-key",
+        default=os.environ.get("TIDEGATE_ADMIN_KEY", ""),
+        help="the admin key (env TIDEGATE_ADMIN_KEY)",
+    )
+
+
 def _canary_set(args: argparse.Namespace) -> int:
-    url = f"{args.url.rstrip('/')}/admin/models/{args.model}/canary"
     try:
-        response = httpx.put(
-            url,
-            json={"percent": args.percent},
-            headers={"authorization": f"Bearer {args.admin_key}"},
-            timeout=10,
+        body = call_admin(
+            "PUT", args.url, f"/admin/models/{args.model}/canary", args.admin_key, {"percent": args.percent}
         )
-    except httpx.HTTPError as exc:
-        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 1
-    try:
-        body = response.json()
-    except ValueError:
-        body = {}
-    if response.status_code != 200:
-        error = body.get("error") if isinstance(body, dict) else None
-        message = error.get("message") if isinstance(error, dict) else response.text[:200]
-        print(f"{response.status_code}: {message}", file=sys.stderr)
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
         return 1
     live, configured = body["canary_percent"], body["configured_canary_percent"]
     print(f"{args.model}: canary {live:g}% (configured {configured:g}%)")
     return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    """Print the routes report once, or refresh it every `--every` seconds with `--watch`."""
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze the tables into 80 columns
+        console = Console(width=220)
+
+    def fetch() -> Group:
+        return render(call_admin("GET", args.url, f"/admin/routes?window={args.window}", args.admin_key))
+
+    try:
+        if not args.watch:
+            console.print(fetch())
+            return 0
+        with Live(fetch(), console=console, refresh_per_second=4) as live:
+            while True:
+                time.sleep(args.every)
+                live.update(fetch())
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
 
 
 def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

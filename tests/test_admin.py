@@ -125,3 +125,22 @@ def test_cli_canary_set(admin_gateway):
     assert httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["canary_percent"] == 25
     wrong = run_cli("canary", "set", "m", "25", "--url", admin_gateway.url, "--admin-key", "bad")
     assert wrong.returncode == 1 and "401" in wrong.stderr
+
+
+def test_cli_stats_prints_each_route(admin_gateway):
+    client = openai.OpenAI(base_url=admin_gateway.url + "/v1", api_key="x", max_retries=0)
+    for _ in range(3):
+        for _ in client.chat.completions.create(model="m", messages=[], max_tokens=2, stream=True):
+            pass
+    done = run_cli("stats", "--url", admin_gateway.url, "--admin-key", "admin-secret", "--window", "1m")
+    assert done.returncode == 0, done.stderr
+    assert "3 requests" in done.stdout
+    for route in ("ded", "sl0", "sl1"):
+        assert route in done.stdout
+    assert "first_try 3" in done.stdout
+
+
+def test_cli_stats_reports_a_refusal_clearly(admin_gateway):
+    done = run_cli("stats", "--url", admin_gateway.url, "--admin-key", "wrong")
+    assert done.returncode == 1
+    assert done.stderr.startswith("401: ")
