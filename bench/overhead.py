@@ -10,6 +10,8 @@ Variants, measured one after the other against the same upstream in one run:
   memory      one worker, the embedded store
   redis       one worker, the Redis store (slot acquire + release per request: 2 round trips)
   redis-2w    `--workers 2`, the Redis store (both workers on CPU 0)
+  redis-norec one worker, the Redis store with `state.record: false` (no latency histograms
+              or counters): the cost of recording, side by side with `redis`
 
     python -m bench.overhead [--seconds 5] [--concurrency 1 16 64] [--variants memory redis redis-2w]
 
@@ -90,7 +92,7 @@ http {{
 
 GATEWAY_CONF = """
 listen: {{host: 127.0.0.1, port: {port}}}
-state: {{redis_url: "{redis_url}"}}
+state: {{redis_url: "{redis_url}", record: {record}}}
 models:
   plain:
     dedicated: [{{name: nginx-plain, base_url: "http://127.0.0.1:{up}/plain/v1", model: bench, max_concurrency: 100000}}]
@@ -189,12 +191,14 @@ class Variant:
     name: str
     redis: bool
     workers: int
+    record: bool = True
 
 
 VARIANTS = {
     "memory": Variant("memory", redis=False, workers=1),
     "redis": Variant("redis", redis=True, workers=1),
     "redis-2w": Variant("redis-2w", redis=True, workers=2),
+    "redis-norec": Variant("redis-norec", redis=True, workers=1, record=False),
 }
 
 
@@ -211,7 +215,9 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument(
+        "--variants", nargs="+", choices=sorted(VARIANTS), default=["memory", "redis", "redis-2w"]
+    )
     args = parser.parse_args()
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not Path(nginx).exists():
@@ -261,7 +267,9 @@ def start_gateway(
     port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0" if variant.redis else ""
     config = tmp / f"tidegate-{variant.name}.yaml"
-    config.write_text(GATEWAY_CONF.format(port=port, up=up, redis_url=redis_url))
+    config.write_text(
+        GATEWAY_CONF.format(port=port, up=up, redis_url=redis_url, record=str(variant.record).lower())
+    )
     command = ["taskset", "-c", "0", sys.executable, "-m", "router.cli", "--log-level", "info"]
     command += ["serve", "--config", str(config), "--workers", str(variant.workers)]
     # access log on, as in production
@@ -273,7 +281,7 @@ def start_gateway(
 
 async def report(up: int, gateways: list[Gateway], args: argparse.Namespace) -> None:
     print(
-        f"{'path':7} {'conc':>4} {'mode':9} {'req/s':>8} {'lat p50':>8} {'lat p99':>8} "
+        f"{'path':7} {'conc':>4} {'mode':11} {'req/s':>8} {'lat p50':>8} {'lat p99':>8} "
         f"{'ttft p50':>8} {'ttft p99':>8} {'cpu ms/req':>10} {'added ttft p50':>14} {'p99':>8}"
     )
     for stream in (False, True):
@@ -302,7 +310,7 @@ async def report(up: int, gateways: list[Gateway], args: argparse.Namespace) -> 
 
 def print_row(path: str, conc: int, mode: str, run: Run, extra: str) -> None:
     print(
-        f"{path:7} {conc:>4} {mode:9} {run.requests / run.seconds:>8.0f} {pct(run.latencies, 0.5):>6.2f}ms "
+        f"{path:7} {conc:>4} {mode:11} {run.requests / run.seconds:>8.0f} {pct(run.latencies, 0.5):>6.2f}ms "
         f"{pct(run.latencies, 0.99):>6.2f}ms {pct(run.ttfts, 0.5):>6.2f}ms {pct(run.ttfts, 0.99):>6.2f}ms {extra}"
         + (f"  errors={run.errors}" if run.errors else ""),
         flush=True,

@@ -49,6 +49,9 @@ class StateConfig(_Frozen):
     lease_ttl_s: Annotated[float, Field(gt=0)] = 30.0  # a dead replica's slots free up after this
     window_s: Annotated[float, Field(ge=10, le=3600)] = 60.0  # latency window policies read
     retention_s: Annotated[float, Field(ge=60)] = 86400.0  # latency slices expire after this
+    # per-route histograms and counters in the store; false leaves the SLO guard, `fastest`,
+    # the wait-in-line estimate and /admin/routes without data (kept for measuring their cost)
+    record: bool = True
     fallback_share: Annotated[float, Field(gt=0, le=1)] = 0.5  # of each pool per process while Redis is down
 
 

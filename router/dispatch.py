@@ -105,6 +105,7 @@ class Dispatcher:
         self._breakers = breakers or Breakers(store, breaker_configs(config))
         self._budgets = {name: RetryBudget(model.retry) for name, model in config.models.items()}
         self._telemetry = telemetry or Telemetry()
+        self._recording = config.state.record
         self._upstream = upstream
         self._recorder = recorder
         self._policies = policies
@@ -236,7 +237,7 @@ class Dispatcher:
         started = time.monotonic()
         lease = await self._store.try_acquire(target.name, target.max_concurrency, wait_s)
         job.queue_ms = _ms(started)
-        self._store.observe(route_key(job.request.model, target.name), Metric.QUEUE, job.queue_ms)
+        self._observe(route_key(job.request.model, target.name), Metric.QUEUE, job.queue_ms)
         return lease
 
     def _note_target(self, job: _Job, target: Endpoint, skipped: int) -> None:
@@ -280,9 +281,7 @@ class Dispatcher:
     def _record_body(self, job: _Job, target: Endpoint, reply: Reply) -> None:
         usage = usage_of_body(reply.body) or Usage()
         if reply.status < 400:
-            self._store.observe(
-                route_key(job.request.model, target.name), Metric.E2E, _ms(job.attempt_started)
-            )
+            self._observe(route_key(job.request.model, target.name), Metric.E2E, _ms(job.attempt_started))
         measures = Measures(None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms)
         self._record(job, target, reply.status, measures, _served(job, target))
 
@@ -320,12 +319,12 @@ class Dispatcher:
         route = route_key(job.request.model, target.name)
         itl = None
         if result.first_token_at:
-            self._store.observe(route, Metric.TTFT, (result.first_token_at - job.attempt_started) * 1000)
+            self._observe(route, Metric.TTFT, (result.first_token_at - job.attempt_started) * 1000)
             if result.output_events > 1:
                 itl = (time.monotonic() - result.first_token_at) * 1000 / (result.output_events - 1)
-                self._store.observe(route, Metric.ITL, itl)
+                self._observe(route, Metric.ITL, itl)
         if served:
-            self._store.observe(route, Metric.E2E, _ms(job.attempt_started))
+            self._observe(route, Metric.E2E, _ms(job.attempt_started))
         return itl
 
     def _failed(self, job: _Job, exc: UpstreamFailure) -> Reply:
@@ -415,7 +414,12 @@ class Dispatcher:
             counts["tokens_out"] = measures.output_tokens
         if isinstance(target, DedicatedEndpoint) and job.attempt_started:
             counts["busy_ms"] = _ms(job.attempt_started)  # slot held: admission -> now
-        self._store.count(route_key(job.request.model, target.name if target else "-"), counts)
+        if self._recording:
+            self._store.count(route_key(job.request.model, target.name if target else "-"), counts)
+
+    def _observe(self, route: str, metric: Metric, value_ms: float) -> None:
+        if self._recording:
+            self._store.observe(route, metric, value_ms)
 
     async def _release(self, lease: Lease | None) -> None:
         if lease is not None:
