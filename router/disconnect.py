@@ -13,21 +13,34 @@ T = TypeVar("T")
 
 
 async def unless_client_leaves(receive: Receive, work: Coroutine[Any, Any, T]) -> T | None:
-    """Run `work`, cancelling it if the client disconnects first (None then). Call it once the
-    request body has been read: the next ASGI message can then only be the disconnect.
-    Exceptions from `work` pass through unchanged; if the caller is cancelled, so is `work`."""
+    """Run `work` in this task, cancelling it if the client disconnects first (None then).
+    Call it once the request body has been read: the next ASGI message can then only be the
+    disconnect. Exceptions from `work` pass through unchanged.
 
-    async def disconnected() -> None:
+    One watcher task per call. If the disconnect and the end of `work` race, either `work`
+    finished first (the watcher then sees `finished` and does nothing) or the cancellation
+    lands inside `work`, which handles it like any cancellation (releases, records)."""
+    host = asyncio.current_task()
+    assert host is not None
+    finished = False
+    fired = False
+
+    async def watch() -> None:
+        nonlocal fired
         while (await receive())["type"] != "http.disconnect":
             pass
+        if not finished:
+            fired = True
+            host.cancel()
 
-    job = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(disconnected())
+    watcher = asyncio.get_running_loop().create_task(watch())
     try:
-        await asyncio.wait((job, watcher), return_when=asyncio.FIRST_COMPLETED)
+        return await work
+    except asyncio.CancelledError:
+        if not fired:
+            raise
+        host.uncancel()
+        return None
     finally:
+        finished = True
         watcher.cancel()
-        if not job.done():
-            job.cancel()
-            await asyncio.gather(job, return_exceptions=True)
-    return None if job.cancelled() else job.result()
