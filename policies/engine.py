@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from policies.base import Reason, RequestContext
 from policies.hysteresis import Latch, Thresholds
-from router.config import DedicatedEndpoint, Endpoint, EngineSignalConfig
+from policies.pipeline import drop_dedicated
+from router.config import Endpoint, EngineSignalConfig
 from router.state.base import Snapshot
 
 
@@ -71,11 +72,4 @@ class EngineGate:
     ) -> tuple[tuple[Endpoint, ...], Reason | None]:
         if not snapshot.engine_saturated:
             return candidates, None
-        kept = tuple(
-            c
-            for c in candidates
-            if not (isinstance(c, DedicatedEndpoint) and c.name in snapshot.engine_saturated)
-        )
-        if len(kept) == len(candidates) or not kept:
-            return candidates, None
-        return kept, Reason.SATURATED
+        return drop_dedicated(candidates, lambda d: d.name in snapshot.engine_saturated, Reason.SATURATED)

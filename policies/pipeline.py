@@ -10,11 +10,11 @@ returns a permutation of its candidates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from policies.base import Decision, Policy, Reason, RequestContext
-from router.config import Endpoint
+from router.config import DedicatedEndpoint, Endpoint
 from router.state.base import Snapshot
 
 
@@ -28,6 +28,18 @@ class Sorter(Protocol):
     def sort(
         self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
     ) -> tuple[Endpoint, ...]: ...
+
+
+def drop_dedicated(
+    candidates: tuple[Endpoint, ...], drop: Callable[[DedicatedEndpoint], bool], reason: Reason
+) -> tuple[tuple[Endpoint, ...], Reason | None]:
+    """A filter's usual answer: the candidates without the dedicated endpoints `drop` picks,
+    with `reason`; all of them unchanged (no reason) when that removes nothing or everything
+    (with nowhere else to go, the dedicated endpoint is still the best bet)."""
+    kept = tuple(c for c in candidates if not (isinstance(c, DedicatedEndpoint) and drop(c)))
+    if len(kept) == len(candidates) or not kept:
+        return candidates, None
+    return kept, reason
 
 
 class Pipeline:

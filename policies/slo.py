@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from policies.base import Reason, RequestContext
 from policies.hysteresis import Latch, Thresholds
-from router.config import DedicatedEndpoint, Endpoint, SloConfig
+from policies.pipeline import drop_dedicated
+from router.config import Endpoint, SloConfig
 from router.latency import Figures, route_key
 from router.state.base import Snapshot
 
@@ -35,13 +36,7 @@ class SloGuard:
     ) -> tuple[tuple[Endpoint, ...], Reason | None]:
         if not snapshot.slo_breached:
             return candidates, None
-        kept = tuple(
-            c
-            for c in candidates
-            if not (
-                isinstance(c, DedicatedEndpoint) and route_key(context.model, c.name) in snapshot.slo_breached
-            )
+        breached = snapshot.slo_breached
+        return drop_dedicated(
+            candidates, lambda d: route_key(context.model, d.name) in breached, Reason.SLO_BREACH
         )
-        if len(kept) == len(candidates) or not kept:
-            return candidates, None
-        return kept, Reason.SLO_BREACH

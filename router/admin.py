@@ -13,8 +13,8 @@ from fastapi import APIRouter, Body, Depends, Request
 from router.auth import KeyDigests, bearer_token
 from router.config import GatewayConfig, ModelConfig
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
-from router.latency import Figures, route_key
-from router.report import parse_window, routes_report
+from router.latency import route_key
+from router.report import figures_json, parse_window, routes_report
 from router.signals import Signals
 from router.state.base import Snapshot, StateStore
 
@@ -66,8 +66,8 @@ def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> 
                 e.name: {
                     "kind": e.kind.value,
                     "circuit": _circuit(snapshot, route_key(model, e.name)),
-                    "ttft_ms": _figures(snapshot.ttft.get(route_key(model, e.name))),
-                    "e2e_ms": _figures(snapshot.e2e.get(route_key(model, e.name))),
+                    "ttft_ms": figures_json(snapshot.ttft.get(route_key(model, e.name))),
+                    "e2e_ms": figures_json(snapshot.e2e.get(route_key(model, e.name))),
                 }
                 for e in cfg.endpoints
             },
@@ -112,20 +112,6 @@ def _circuit(snapshot: Snapshot, route: str) -> dict[str, Any]:
     if until <= snapshot.now:
         return {"state": "half_open"}
     return {"state": "open", "cooldown_left_s": round(until - snapshot.now, 2)}
-
-
-def _figures(figures: Figures | None) -> dict[str, float] | None:
-    """A route's windowed figures for JSON (ms; `cv_percent` as the field notes report it)."""
-    if figures is None:
-        return None
-    return {
-        "samples": figures.samples,
-        "p50": round(figures.p50, 2),
-        "p95": round(figures.p95, 2),
-        "p99": round(figures.p99, 2),
-        "mean": round(figures.mean, 2),
-        "cv_percent": round(figures.cv * 100, 1),
-    }
 
 
 _SECRETS: Any = {

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from router.config import DedicatedEndpoint, GatewayConfig
-from router.latency import SLICE_S, Counts, Histogram, Metric, route_key, slice_of
+from router.latency import SLICE_S, Counts, Figures, Histogram, Metric, route_key, slice_of
 from router.state.base import Snapshot, StateStore
 
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
@@ -41,7 +41,11 @@ def cv_verdict(cv_percent: float) -> str:
 
 
 def latency(histogram: Histogram) -> dict[str, Any] | None:
-    figures = histogram.figures()
+    return figures_json(histogram.figures())
+
+
+def figures_json(figures: Figures | None) -> dict[str, Any] | None:
+    """Latency figures for JSON: ms rounded to 0.01, CV% with its verdict."""
     if figures is None:
         return None
     cv_percent = figures.cv * 100
