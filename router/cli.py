@@ -292,6 +292,8 @@ def _demo(args: argparse.Namespace) -> int:
             ded=env["DEMO_DEDICATED_URL"],
             a=env["DEMO_SERVERLESS_A_URL"],
             b=env["DEMO_SERVERLESS_B_URL"],
+            root=url.removesuffix("/v1"),
+            admin=config.auth.admin_key,
         ),
         flush=True,
     )
@@ -312,8 +314,13 @@ Point any OpenAI client at it:
         model="demo-model", messages=[{{"role": "user", "content": "Hello"}}])
     print(reply.choices[0].message.content)
 
-Response headers x-tidegate-route / -kind / -reason say where each request went.
-One JSON line per request is logged below. Ctrl-C stops everything.
+Response headers x-tidegate-route / -kind / -reason / -outcome say where each request went.
+Watch every route (TTFT p50/p95/p99, CV%, spills, utilization) from another terminal:
+
+    tidegate stats --url {root} --admin-key {admin} --watch
+
+Prometheus metrics: {root}/metrics. One JSON line per request is logged below.
+Ctrl-C stops everything.
 """
 
 

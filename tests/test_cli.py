@@ -92,5 +92,9 @@ def test_demo_starts_upstreams_and_answers_the_sdk():
             model="demo-model", messages=[{"role": "user", "content": "Hi"}], stream=True
         )
         assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        stats = run_cli("stats", "--url", demo.root, "--admin-key", "demo-admin", "--window", "1m")
     banner = "".join(demo.output)
     assert "client = OpenAI(base_url=" in banner and demo.url in banner
+    assert f"tidegate stats --url {demo.root} --admin-key demo-admin --watch" in banner
+    assert stats.returncode == 0, stats.stderr
+    assert "demo-model" in stats.stdout and "2 requests" in stats.stdout
