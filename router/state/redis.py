@@ -56,99 +56,9 @@ from router.latency import (
 )
 from router.state.base import Lease, Snapshot
 from router.state.memory import MemoryStore
+from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, TRIP
 
 log = logging.getLogger("tidegate.state")
-
-_NOW_MS = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-"""
-
-# KEYS: slots, queue, seen. ARGV: capacity, token, ttl_ms, wait (1: join or stay in line),
-# stale_ms. Returns 1 when admitted.
-_ACQUIRE = (
-    _NOW_MS
-    + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
-local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms - tonumber(ARGV[5]))
-for i = 1, #stale do
-  redis.call('ZREM', KEYS[2], stale[i])
-  redis.call('ZREM', KEYS[3], stale[i])
-end
-local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
-local rank = redis.call('ZRANK', KEYS[2], ARGV[2])
-local ahead = rank or redis.call('ZCARD', KEYS[2])
-if free > ahead then
-  redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[3]), ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
-  if rank then
-    redis.call('ZREM', KEYS[2], ARGV[2])
-    redis.call('ZREM', KEYS[3], ARGV[2])
-  end
-  return 1
-end
-if ARGV[4] == '1' then
-  if not rank then
-    redis.call('ZADD', KEYS[2], now_ms, ARGV[2])
-  end
-  redis.call('ZADD', KEYS[3], now_ms, ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], 60000)
-  redis.call('PEXPIRE', KEYS[3], 60000)
-end
-return 0
-"""
-)
-
-_RENEW = (
-    _NOW_MS
-    + """
-for i = 2, #ARGV do
-  redis.call('ZADD', KEYS[1], 'XX', now_ms + tonumber(ARGV[1]), ARGV[i])
-end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
-return 1
-"""
-)
-
-# KEYS: slots and queue of each pool, alternating. Returns live leases and waiters, alternating.
-_COUNT = (
-    _NOW_MS
-    + """
-local counts = {}
-for i = 1, #KEYS, 2 do
-  counts[i] = redis.call('ZCOUNT', KEYS[i], '(' .. now_ms, '+inf')
-  counts[i + 1] = redis.call('ZCARD', KEYS[i + 1])
-end
-return counts
-"""
-)
-
-# KEYS: the route's breaker hash. ARGV: cooldown_ms, max_cooldown_ms. Returns ms until it ends.
-_TRIP = (
-    _NOW_MS
-    + """
-local ends = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')
-local trips = redis.call('HINCRBY', KEYS[1], 'trips', 1)
-local cooldown = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) * 2 ^ (trips - 1))
-ends = math.max(ends, now_ms + cooldown)
-redis.call('HSET', KEYS[1], 'until', ends)
-redis.call('PEXPIRE', KEYS[1], math.floor(ends - now_ms + 2 * tonumber(ARGV[2])))
-return math.floor(ends - now_ms)
-"""
-)
-
-# KEYS: breaker hashes. Returns ms left of each cooldown (<= 0: over; nil: closed).
-_CIRCUITS = (
-    _NOW_MS
-    + """
-local left = {}
-for i = 1, #KEYS do
-  local ends = redis.call('HGET', KEYS[i], 'until')
-  left[i] = ends and (tonumber(ends) - now_ms) or false
-end
-return left
-"""
-)
 
 _POLL_S = 0.01
 _LOCAL = "local:"  # token prefix of a slot granted while Redis was unreachable
@@ -182,11 +92,11 @@ class RedisStore:
         self._retention_s = int(retention_s)
         self._prefix = prefix
         self._canary_key = f"{prefix}:canary"
-        self._acquire = self._redis.register_script(_ACQUIRE)
-        self._renew = self._redis.register_script(_RENEW)
-        self._count = self._redis.register_script(_COUNT)
-        self._trip = self._redis.register_script(_TRIP)
-        self._circuits = self._redis.register_script(_CIRCUITS)
+        self._acquire = self._redis.register_script(ACQUIRE)
+        self._renew = self._redis.register_script(RENEW)
+        self._count = self._redis.register_script(COUNT)
+        self._trip = self._redis.register_script(TRIP)
+        self._circuits = self._redis.register_script(CIRCUITS)
         self._fallback_share = fallback_share
         self._local = MemoryStore()  # admission while Redis is unreachable
         self.degraded = False

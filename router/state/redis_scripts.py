@@ -1,0 +1,97 @@
+"""The Redis store's Lua scripts. Each runs atomically on the server and reads the time
+from Redis (`TIME`), so every replica agrees on lease expiry whatever its own clock says.
+Key layout and the protocol around them: router/state/redis.py.
+"""
+
+from __future__ import annotations
+
+NOW_MS = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+"""
+
+# KEYS: slots, queue, seen. ARGV: capacity, token, ttl_ms, wait (1: join or stay in line),
+# stale_ms. Returns 1 when admitted.
+ACQUIRE = (
+    NOW_MS
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms - tonumber(ARGV[5]))
+for i = 1, #stale do
+  redis.call('ZREM', KEYS[2], stale[i])
+  redis.call('ZREM', KEYS[3], stale[i])
+end
+local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
+local rank = redis.call('ZRANK', KEYS[2], ARGV[2])
+local ahead = rank or redis.call('ZCARD', KEYS[2])
+if free > ahead then
+  redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[3]), ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
+  if rank then
+    redis.call('ZREM', KEYS[2], ARGV[2])
+    redis.call('ZREM', KEYS[3], ARGV[2])
+  end
+  return 1
+end
+if ARGV[4] == '1' then
+  if not rank then
+    redis.call('ZADD', KEYS[2], now_ms, ARGV[2])
+  end
+  redis.call('ZADD', KEYS[3], now_ms, ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], 60000)
+  redis.call('PEXPIRE', KEYS[3], 60000)
+end
+return 0
+"""
+)
+
+RENEW = (
+    NOW_MS
+    + """
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', now_ms + tonumber(ARGV[1]), ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+return 1
+"""
+)
+
+# KEYS: slots and queue of each pool, alternating. Returns live leases and waiters, alternating.
+COUNT = (
+    NOW_MS
+    + """
+local counts = {}
+for i = 1, #KEYS, 2 do
+  counts[i] = redis.call('ZCOUNT', KEYS[i], '(' .. now_ms, '+inf')
+  counts[i + 1] = redis.call('ZCARD', KEYS[i + 1])
+end
+return counts
+"""
+)
+
+# KEYS: the route's breaker hash. ARGV: cooldown_ms, max_cooldown_ms. Returns ms until it ends.
+TRIP = (
+    NOW_MS
+    + """
+local ends = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')
+local trips = redis.call('HINCRBY', KEYS[1], 'trips', 1)
+local cooldown = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) * 2 ^ (trips - 1))
+ends = math.max(ends, now_ms + cooldown)
+redis.call('HSET', KEYS[1], 'until', ends)
+redis.call('PEXPIRE', KEYS[1], math.floor(ends - now_ms + 2 * tonumber(ARGV[2])))
+return math.floor(ends - now_ms)
+"""
+)
+
+# KEYS: breaker hashes. Returns ms left of each cooldown (<= 0: over; nil: closed).
+CIRCUITS = (
+    NOW_MS
+    + """
+local left = {}
+for i = 1, #KEYS do
+  local ends = redis.call('HGET', KEYS[i], 'until')
+  left[i] = ends and (tonumber(ends) - now_ms) or false
+end
+return left
+"""
+)
