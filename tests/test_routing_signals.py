@@ -75,7 +75,7 @@ def test_slo_guard_spills_a_slow_dedicated_route_and_returns_when_it_recovers(re
             assert [stream(client) for _ in range(5)] == [("sl0", "slo_breach")] * 5
             ded.configure(slowdown=1.0)
             # the slow samples age out of the window (10-20 s); then dedicated is tried again
-            after = send_until(client, "baseline", limit=400, seconds=40)
+            after = send_until(client, "baseline", limit=1000, seconds=40)
             assert after[-1] == ("ded", "baseline")
             assert [stream(client) for _ in range(5)] == [("ded", "baseline")] * 5
 
