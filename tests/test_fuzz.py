@@ -2,10 +2,14 @@
 bytes that are not JSON, JSON of every shape, valid-looking requests with wrong types or
 absurd values, odd paths, methods and header values — the gateway answers within its
 timeout with a 2xx, or a 4xx carrying an OpenAI-style error body. Never a 500, never a hang.
-The upstreams are healthy simulators, so no 5xx is excusable."""
+The upstreams are healthy simulators, so no 5xx is excusable.
+
+In the test command the examples are derandomized (300, the same every run, so CI is
+reproducible); `TIDEGATE_FUZZ_RANDOM=1 TIDEGATE_FUZZ_EXAMPLES=5000 make test` explores anew."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import httpx
@@ -87,7 +91,12 @@ def fuzz_gateway() -> Iterator[ThreadServer]:
 SEEN = MatrixRow("fuzzer (hypothesis, public endpoints)")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=int(os.environ.get("TIDEGATE_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    derandomize=os.environ.get("TIDEGATE_FUZZ_RANDOM") != "1",
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     method=st.sampled_from(["POST", "GET", "PUT", "DELETE", "PATCH"]),
     path=st.sampled_from(PATHS)
