@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -144,3 +148,29 @@ def test_cli_stats_reports_a_refusal_clearly(admin_gateway):
     done = run_cli("stats", "--url", admin_gateway.url, "--admin-key", "wrong")
     assert done.returncode == 1
     assert done.stderr.startswith("401: ")
+
+
+def test_cli_stats_watch_refreshes_until_interrupted(admin_gateway):
+    args = [
+        sys.executable,
+        "-m",
+        "router.cli",
+        "stats",
+        "--url",
+        admin_gateway.url,
+        "--admin-key",
+        "admin-secret",
+    ]
+    watcher = subprocess.Popen(
+        [*args, "--watch", "--every", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(1.5)  # not a synchronisation: --watch is meant to keep running; let it refresh a few times
+        assert watcher.poll() is None, "--watch ended on its own"
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=10)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 0, err
+    assert "requests" in out
