@@ -136,6 +136,9 @@ def test_cli_stats_prints_each_route(admin_gateway):
     for _ in range(3):
         for _ in client.chat.completions.create(model="m", messages=[], max_tokens=2, stream=True):
             pass
+    routes = admin_gateway.url + "/admin/routes?window=1m"
+    # a stream is recorded when its response has ended, just after the client read it
+    wait_until(lambda: httpx.get(routes, headers=ADMIN).json()["models"]["m"]["requests"] == 3, timeout=5)
     done = run_cli("stats", "--url", admin_gateway.url, "--admin-key", "admin-secret", "--window", "1m")
     assert done.returncode == 0, done.stderr
     assert "3 requests" in done.stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import openai
 
-from tests.servers import CliProcess, run_cli
+from tests.servers import CliProcess, run_cli, wait_until
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "tidegate.yaml"
 
@@ -92,6 +92,12 @@ def test_demo_starts_upstreams_and_answers_the_sdk():
             model="demo-model", messages=[{"role": "user", "content": "Hi"}], stream=True
         )
         assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        routes = demo.root + "/admin/routes?window=1m"
+        admin = {"authorization": "Bearer demo-admin"}
+        wait_until(
+            lambda: httpx.get(routes, headers=admin).json()["models"]["demo-model"]["requests"] == 2,
+            timeout=5,
+        )
         stats = run_cli("stats", "--url", demo.root, "--admin-key", "demo-admin", "--window", "1m")
     banner = "".join(demo.output)
     assert "client = OpenAI(base_url=" in banner and demo.url in banner

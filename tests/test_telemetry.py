@@ -88,35 +88,47 @@ def test_otel_ttft_histogram_counts_every_stream(traced):
     for _ in range(4):
         for _ in client.chat.completions.create(model="m", messages=[], max_tokens=2, stream=True):
             pass
-    points = [
-        point
-        for rm in reader.get_metrics_data().resource_metrics
-        for sm in rm.scope_metrics
-        for metric in sm.metrics
-        if metric.name == "gen_ai.server.time_to_first_token"
-        for point in metric.data.data_points
-    ]
-    assert sum(p.count for p in points) == 4
-    assert all(p.sum > 0 for p in points)
+
+    def points() -> list:
+        return [
+            point
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics
+            for metric in sm.metrics
+            if metric.name == "gen_ai.server.time_to_first_token"
+            for point in metric.data.data_points
+        ]
+
+    # a request is recorded when its response has ended, just after the client read it
+    wait_until(lambda: sum(p.count for p in points()) == 4, timeout=5)
+    assert all(p.sum > 0 for p in points())
 
 
 def test_prometheus_metrics_parse_and_count_the_requests_sent(gateway):
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0)
     for i in range(5):
         client.chat.completions.create(model="m", messages=[], max_tokens=2, stream=i % 2 == 0)
-    text = httpx.get(gateway.url + "/metrics").text
-    families = {f.name: f for f in text_string_to_metric_families(text)}
-    e2e_count = sum(s.value for s in families["tidegate_e2e_seconds"].samples if s.name.endswith("_count"))
-    ttft_count = sum(s.value for s in families["tidegate_ttft_seconds"].samples if s.name.endswith("_count"))
+
+    def families() -> dict:
+        return {f.name: f for f in text_string_to_metric_families(httpx.get(gateway.url + "/metrics").text)}
+
+    def count(family: dict, name: str) -> float:
+        return (
+            sum(s.value for s in family[name].samples if s.name.endswith("_count")) if name in family else 0
+        )
+
+    # a request is recorded when its response has ended, just after the client read it
+    wait_until(lambda: count(families(), "tidegate_e2e_seconds") == 5, timeout=5)
+    parsed = families()
+    e2e_count = count(parsed, "tidegate_e2e_seconds")
+    ttft_count = count(parsed, "tidegate_ttft_seconds")
     requests = {
-        s.labels["outcome"]: s.value
-        for s in families["tidegate_requests"].samples
-        if s.name.endswith("_total")
+        s.labels["outcome"]: s.value for s in parsed["tidegate_requests"].samples if s.name.endswith("_total")
     }
     assert e2e_count == 5 and ttft_count == 3  # TTFT is a stream's
     assert requests == {"first_try": 5}
-    assert {s.labels["pool"]: s.value for s in families["tidegate_in_flight"].samples} == {"ded": 0}
-    assert families["tidegate_state_store_degraded"].samples[0].value == 0
+    assert {s.labels["pool"]: s.value for s in parsed["tidegate_in_flight"].samples} == {"ded": 0}
+    assert parsed["tidegate_state_store_degraded"].samples[0].value == 0
 
 
 def test_every_answer_says_how_long_the_gateway_itself_took(gateway):
