@@ -40,9 +40,9 @@ class Books:
             self._store.observe(route, metric, value_ms)
 
     def body_done(self, job: Job, target: Endpoint, status: int, body: bytes) -> None:
+        """A served body answer (error answers are recorded by the dispatcher's failure path)."""
         usage = usage_of_body(body) or Usage()
-        if status < 400:
-            self.observe(route_key(job.request.model, target.name), Metric.E2E, ms_since(job.attempt_started))
+        self.observe(route_key(job.request.model, target.name), Metric.E2E, ms_since(job.attempt_started))
         measures = Measures(None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms)
         self.record(job, target, status, measures, served_outcome(job, target))
 

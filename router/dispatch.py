@@ -165,9 +165,8 @@ class Dispatcher:
                     await response.aclose()
                 await self._release(lease)
             raise
-        job.attempts.append(Attempt(target.name, None, ms_since(started)))
-        if reply.status < 400:
-            self._breakers.record(route_key(job.request.model, target.name), True, job.snapshot)
+        job.attempts.append(Attempt(target.name, None, ms_since(started)))  # open() raised for >= 400
+        self._breakers.record(route_key(job.request.model, target.name), True, job.snapshot)
         reply.headers["x-tidegate-attempts"] = str(len(job.attempts))
         reply.headers["x-tidegate-outcome"] = served_outcome(job, target).value
         job.overhead_ms = overhead_ms(job)

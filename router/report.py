@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from router.config import DedicatedEndpoint, GatewayConfig
-from router.latency import SLICE_S, Counts, Figures, Histogram, Metric, route_key, slice_of
+from router.latency import SLICE_S, Counts, Figures, Histogram, Metric, add_counts, route_key, slice_of
 from router.state.base import Snapshot, StateStore
 
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
@@ -115,9 +115,8 @@ async def routes_report(
 
 def _model_totals(route_counts: list[Counts]) -> dict[str, Any]:
     total: Counts = {}
-    for c in route_counts:
-        for k, v in c.items():
-            total[k] = total.get(k, 0.0) + v
+    for counts in route_counts:
+        add_counts(total, counts)
     requests = int(total.get("requests", 0))
     reasons = _prefixed(total, "reason:")
     spilled = {r: n for r, n in reasons.items() if r not in ("baseline", "serverless_only")}

@@ -211,16 +211,10 @@ class RedisStore:
         self._counts.add(route, counts, time.time())
 
     async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]:
-        starts = slices_in_window(time.time(), window_s)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for route in routes:
-                for start in starts:
-                    pipe.hgetall(self.counts_key(route, start))
-            replies = await self._read(pipe)
         windows: dict[str, Counts] = {}
-        for i, route in enumerate(routes):
+        for route, slices in (await self._window_slices(routes, window_s, self.counts_key)).items():
             merged: Counts = {}
-            for fields in replies[i * len(starts) : (i + 1) * len(starts)]:
+            for fields in slices:
                 add_counts(merged, {k.decode(): float(v) for k, v in fields.items()})
             windows[route] = merged
         return windows
@@ -304,20 +298,29 @@ class RedisStore:
     async def latency_window(
         self, routes: Sequence[str], metric: Metric, window_s: float
     ) -> dict[str, Histogram]:
+        windows: dict[str, Histogram] = {}
+        slices_by_route = await self._window_slices(
+            routes, window_s, lambda route, start: self.latency_key(route, metric, start)
+        )
+        for route, slices in slices_by_route.items():
+            merged = Histogram()
+            for fields in slices:
+                merged.merge(Histogram.from_fields(fields))
+            windows[route] = merged
+        return windows
+
+    async def _window_slices(
+        self, routes: Sequence[str], window_s: float, key: Callable[[str, int], str]
+    ) -> dict[str, list[dict[bytes, bytes]]]:
+        """Each route's slice hashes over the last `window_s` seconds (one round trip)."""
         starts = slices_in_window(time.time(), window_s)
         async with self._redis.pipeline(transaction=False) as pipe:
             for route in routes:
                 for start in starts:
-                    pipe.hgetall(self.latency_key(route, metric, start))
+                    pipe.hgetall(key(route, start))
             replies = await self._read(pipe)
-        windows: dict[str, Histogram] = {}
         per_route = len(starts)
-        for i, route in enumerate(routes):
-            merged = Histogram()
-            for fields in replies[i * per_route : (i + 1) * per_route]:
-                merged.merge(Histogram.from_fields(fields))
-            windows[route] = merged
-        return windows
+        return {route: replies[i * per_route : (i + 1) * per_route] for i, route in enumerate(routes)}
 
     @staticmethod
     async def _read(pipe: Pipeline) -> list[Any]:
