@@ -6,8 +6,9 @@ path); the body is read once, with the configured size limit enforced while read
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Awaitable, Callable
 
 import anyio
 import orjson
@@ -15,75 +16,129 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from router.auth import ApiKeys
-from router.config import GatewayConfig
+from router.config import GatewayConfig, LimitsConfig
 from router.disconnect import unless_client_leaves
 from router.dispatch import Dispatcher, Reply
-from router.errors import InvalidRequest, PayloadTooLarge
+from router.errors import InvalidRequest, PayloadTooLarge, RequestBodyTimeout
+from router.relay import until_deadline
 from router.state.base import StateStore
 
 PROXIED_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses")
+log = logging.getLogger("tidegate")
 _JSON = "application/json"
 
 
-class _CleanupAfterSend(Response):
-    """Runs the reply's cleanup (release the slot, record) after the response is sent, however
-    it ends: finished, failed, client gone (Starlette cancels the body on disconnect), or never
-    started. Cleanup is shielded from that cancellation so a slot is always released, and it
-    is off the client's critical path: the answer is out before the store round trip."""
+class _ClientStalled(Exception):
+    """The client read nothing for `client_write_timeout_s`."""
 
-    _on_close: Callable[[], Awaitable[None]] | None = None
+
+class _CleanupAfterSend(Response):
+    """Sends a Reply within its limits and runs its cleanup (release the slot, record) after,
+    however sending ends: finished, failed, client gone (Starlette cancels the body on
+    disconnect), cut (see `_send_bounded`), or never started. Cleanup is shielded from
+    cancellation so a slot is always released, and it is off the client's critical path:
+    the answer is out before the store round trip."""
+
+    _reply: Reply
+    _write_timeout_s: float
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await self._send_bounded(scope, receive, send)
         finally:
-            if self._on_close is not None:
+            if self._reply.on_close is not None:
                 with anyio.CancelScope(shield=True):
-                    await self._on_close()
+                    await self._reply.on_close()
+
+    async def _send_bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A client that stops reading holds a slot only for `client_write_timeout_s` per
+        write: then the response is cut (the connection closed) and the stream's result says
+        why. (A stream's own deadline ends it cleanly: see `relay.until_deadline`.)"""
+        write_timeout = self._write_timeout_s
+
+        async def bounded_send(message: Message) -> None:
+            try:
+                async with asyncio.timeout(write_timeout):
+                    await send(message)
+            except TimeoutError:
+                raise _ClientStalled from None  # not an OSError, which Starlette takes for a disconnect
+
+        try:
+            await super().__call__(scope, receive, bounded_send)
+        except* _ClientStalled:
+            if self._reply.result is not None:
+                self._reply.result.cut = "client_write_timeout"
+            log.warning("response cut: the client read nothing for %gs: %s", write_timeout, scope["path"])
 
 
 class RelayResponse(_CleanupAfterSend, StreamingResponse):
-    def __init__(self, reply: Reply) -> None:
-        assert reply.stream is not None
+    def __init__(self, reply: Reply, write_timeout_s: float) -> None:
+        assert reply.stream is not None and reply.result is not None
+        events = until_deadline(reply.stream, reply.deadline, reply.result)
         super().__init__(
-            reply.stream, status_code=reply.status, headers=reply.headers, media_type="text/event-stream"
+            events, status_code=reply.status, headers=reply.headers, media_type="text/event-stream"
         )
-        self._on_close = reply.on_close
+        self._reply = reply
+        self._write_timeout_s = write_timeout_s
 
 
 class BodyResponse(_CleanupAfterSend):
-    def __init__(self, reply: Reply) -> None:
+    def __init__(self, reply: Reply, write_timeout_s: float) -> None:
         super().__init__(
             reply.body,
             status_code=reply.status,
             headers=reply.headers,
             media_type=reply.headers.get("content-type", _JSON),
         )
-        self._on_close = reply.on_close
+        self._reply = reply
+        self._write_timeout_s = write_timeout_s
 
 
-def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, max_body: int) -> Route:
+def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: LimitsConfig) -> Route:
     async def endpoint(request: Request) -> Response:
         received_at = time.monotonic()
         keys.check(request)
-        body = await read_body(request, max_body)
-        reply = await unless_client_leaves(
-            request.receive, dispatcher.dispatch(path, body, request.scope["headers"], received_at)
+        body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
+        client = request.scope.get("client")
+        work = dispatcher.dispatch(
+            path, body, request.scope["headers"], received_at, client[0] if client else None
         )
+        reply = await unless_client_leaves(request.receive, work)
         if reply is None:  # the client is gone: nobody to answer
             return Response(status_code=499)
-        if reply.stream is not None:
-            return RelayResponse(reply)
-        return BodyResponse(reply)
+        return await respond(reply, limits.client_write_timeout_s)
 
     return Route("/v1" + path, endpoint, methods=["POST"])
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refusing more than `limit` bytes before reading them all."""
+async def respond(reply: Reply, write_timeout_s: float) -> Response:
+    """The Response for a Reply; if it cannot even be built, the Reply's cleanup still runs."""
+    try:
+        if reply.stream is not None:
+            return RelayResponse(reply, write_timeout_s)
+        return BodyResponse(reply, write_timeout_s)
+    except BaseException:
+        if reply.on_close is not None:
+            with anyio.CancelScope(shield=True):
+                await reply.on_close()
+        raise
+
+
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body within `timeout_s` (else 408), refusing more than `limit` bytes (413)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_body(request, limit)
+    except TimeoutError:
+        raise RequestBodyTimeout(
+            f"the request body did not arrive within limits.body_timeout_s ({timeout_s:g}s)"
+        ) from None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():

@@ -26,9 +26,10 @@ from router.config import ConfigError, GatewayConfig
 from router.dispatch import Dispatcher
 from router.errors import GatewayError, InvalidRequest, MethodNotAllowed, RouteNotFound, error_body
 from router.latency import route_key
+from router.limits import InFlightLimit
 from router.records import Recorder
 from router.signals import Signals
-from router.state.base import StateStore
+from router.state.base import StateStore, StoreUnreachableAtStart
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
 from router.telemetry import Telemetry, default_providers
@@ -66,7 +67,24 @@ def store_for(config: GatewayConfig) -> StateStore:
         window_s=state.window_s,
         retention_s=state.retention_s,
         fallback_share=state.fallback_share,
+        cluster=state.cluster,
+        start_degraded=state.start_degraded,
     )
+
+
+async def unreachable_store(config: GatewayConfig) -> str | None:
+    """Why the configured shared store cannot be used now (None: it can, or there is none,
+    or `state.start_degraded` allows starting without it): a check before serving."""
+    if not config.state.redis_url or config.state.start_degraded:
+        return None
+    store = store_for(config)
+    try:
+        await store.start()
+    except StoreUnreachableAtStart as exc:
+        return str(exc)
+    finally:
+        await store.close()
+    return None
 
 
 def create_app(
@@ -93,7 +111,15 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await store.start()
+        try:
+            await store.start()
+        except StoreUnreachableAtStart as exc:
+            log.error("tidegate cannot start: %s", exc)
+            app.state.startup_error = str(exc)
+            await upstream.aclose()
+            await store.close()
+            raise
+        log.info("%s", auth_mode(config))
         await signals.start()
         try:
             yield
@@ -103,18 +129,31 @@ def create_app(
             await store.close()
 
     app = FastAPI(title="tidegate", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.startup_error = None
+    app.state.config = config
     app.state.recorder = recorder
     app.state.store = store
     app.state.signals = signals
     app.state.telemetry = telemetry
     for path in api.PROXIED_PATHS:
-        app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits.max_body_bytes))
+        app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits))
     app.router.routes.append(api.models_route(config))
     app.router.routes.extend(api.health_routes(store))
     app.router.routes.append(api.metrics_route(telemetry.registry))
     app.include_router(admin_router(config, store, signals))
     _install_error_handlers(app)
+    app.add_middleware(InFlightLimit, limit=config.limits.max_in_flight)
     return app
+
+
+def auth_mode(config: GatewayConfig) -> str:
+    """One line for the start-up log: how clients and admins are let in."""
+    auth = config.auth
+    clients = (
+        "OPEN to anyone (auth.allow_anonymous)" if auth.allow_anonymous else f"{len(auth.api_keys)} key(s)"
+    )
+    admin = "admin key set" if auth.admin_key else "admin API off (403: no auth.admin_key)"
+    return f"auth: client API {clients}; {admin}"
 
 
 def _install_error_handlers(app: FastAPI) -> None:

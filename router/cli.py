@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -14,9 +16,9 @@ from rich.console import Console, Group
 from rich.live import Live
 
 from router.admin_client import AdminCallFailed, call_admin
-from router.app import build_policies, create_app
+from router.app import build_policies, create_app, unreachable_store
 from router.config import ConfigError, load_config, parse_config
-from router.serving import Served, bind, configure_logging, run, run_workers
+from router.serving import Served, bind, configure_logging, run, run_workers, startup_failed
 from router.sim.app import create_sim_app
 from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
 from router.stats import render
@@ -246,6 +248,10 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    unreachable = asyncio.run(unreachable_store(config))
+    if unreachable:
+        print(f"tidegate: cannot start: {unreachable}", file=sys.stderr)
+        return 2
     if args.workers < 1 or (args.workers > 1 and not config.state.redis_url):
         print(
             "--workers must be 1 without state.redis_url: the memory store is per process, so "
@@ -261,9 +267,14 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     if args.workers == 1:
-        run(Served(app, sock, config.limits.drain_s))
+        with contextlib.suppress(SystemExit):  # uvicorn exits 3 when the lifespan refused to start
+            run(Served(app, sock, config.limits.drain_s, config.limits))
+        failed = startup_failed(app)
+        if failed:
+            print(f"tidegate: cannot start: {failed}", file=sys.stderr)
+            return 2
         return 0
-    return run_workers(lambda: create_app(config), sock, args.workers, config.limits.drain_s)
+    return run_workers(lambda: create_app(config), sock, args.workers, config.limits.drain_s, config.limits)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -297,7 +308,7 @@ def _demo(args: argparse.Namespace) -> int:
         ),
         flush=True,
     )
-    run(Served(create_app(config), sock), companions)
+    run(Served(create_app(config), sock, config.limits.drain_s, config.limits), companions)
     return 0
 
 

@@ -53,22 +53,60 @@ class StateConfig(_Frozen):
     # the wait-in-line estimate and /admin/routes without data (kept for measuring their cost)
     record: bool = True
     fallback_share: Annotated[float, Field(gt=0, le=1)] = 0.5  # of each pool per process while Redis is down
+    # Redis unreachable at start: refuse to start (false), or start deciding locally (true)
+    start_degraded: bool = False
+    redis_cluster: bool = False  # redis_url points at a Redis Cluster (also: a redis+cluster:// URL)
+
+    @property
+    def cluster(self) -> bool:
+        return self.redis_cluster or self.redis_url.startswith(("redis+cluster://", "rediss+cluster://"))
 
 
 class AuthConfig(_Frozen):
-    api_keys: tuple[str, ...] = ()  # empty strings are dropped; none left: no client auth
-    admin_key: str = ""
+    """Client keys that all resolve empty refuse to start, unless `allow_anonymous` says to
+    run open: a missing secret must never silently open the gateway."""
+
+    api_keys: tuple[str, ...] = ()  # empty strings are dropped
+    allow_anonymous: bool = False
+    admin_key: str = ""  # empty: the admin API answers 403
 
     @field_validator("api_keys")
     @classmethod
     def _drop_empty(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(k for k in keys if k)
 
+    @model_validator(mode="after")
+    def _closed_unless_said(self) -> AuthConfig:
+        if not self.api_keys and not self.allow_anonymous:
+            raise ValueError(
+                "no client API key is set (every auth.api_keys entry is empty or missing); set one, "
+                "or set auth.allow_anonymous: true to serve without keys"
+            )
+        if self.api_keys and self.allow_anonymous:
+            raise ValueError("auth.allow_anonymous: true and auth.api_keys both set; choose one")
+        if self.admin_key and self.admin_key in self.api_keys:
+            raise ValueError("auth.admin_key must differ from every client key in auth.api_keys")
+        return self
+
 
 class LimitsConfig(_Frozen):
-    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024
+    """Every resource a client or an upstream can grow, bounded per process. README,
+    "Security and limits", says what the client gets when each is hit."""
+
+    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024  # 413 above
     max_output_tokens: Annotated[int, Field(gt=0)] = 1 << 20  # a larger max_tokens is refused (400)
+    max_n: Annotated[int, Field(ge=1, le=128)] = 8  # `n` / `best_of` above: 400
     drain_s: Annotated[int, Field(ge=1)] = 30  # on SIGTERM, in-flight requests get this long (s)
+    max_in_flight: Annotated[int, Field(ge=1)] = 1024  # /v1 requests at once; more: 503 + Retry-After
+    max_connections: Annotated[int, Field(ge=1)] = 4096  # open client connections; more are closed
+    max_header_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024  # request line + headers; more: 431
+    header_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # connect/idle -> end of headers; else 408
+    body_timeout_s: Annotated[float, Field(gt=0)] = 60.0  # headers -> end of body; else 408
+    keep_alive_s: Annotated[float, Field(gt=0)] = 90.0  # idle keep-alive; above clients' and LBs' own
+    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0  # the whole request, retries included: 504
+    client_write_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # a client not reading this long: cut
+    max_response_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024  # an upstream body above: 502
+    max_event_bytes: Annotated[int, Field(gt=0)] = 8 * 1024 * 1024  # one upstream SSE event above: cut
 
 
 class TimeoutsConfig(_Frozen):
@@ -106,11 +144,14 @@ class EndpointConfig(_Frozen):
     base_url: Annotated[str, Field(pattern=r"^https?://")]
     model: Annotated[str, Field(min_length=1)]  # the upstream's id for this model
     api_key: str = ""
+    organization: str = ""  # sent as OpenAI-Organization (a client's own is never forwarded)
+    project: str = ""  # sent as OpenAI-Project
     timeouts: TimeoutsConfig = TimeoutsConfig()
 
 
 class DedicatedEndpoint(EndpointConfig):
     max_concurrency: Annotated[int, Field(gt=0)]  # global across all replicas
+    max_waiters: Annotated[int, Field(ge=0)] = 64  # requests waiting in line (routing.max_queue_ms)
     engine_signal: EngineSignalConfig | None = None
     gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0
     gpus: Annotated[int, Field(gt=0)] = 1
@@ -199,7 +240,8 @@ class ModelConfig(_Frozen):
 class GatewayConfig(_Frozen):
     listen: ListenConfig = ListenConfig()
     state: StateConfig = StateConfig()
-    auth: AuthConfig = AuthConfig()
+    # validated like a written one: a config with no `auth` at all refuses to start, too
+    auth: AuthConfig = Field(default_factory=dict, validate_default=True)
     limits: LimitsConfig = LimitsConfig()
     models: Mapping[str, ModelConfig]
 
@@ -274,7 +316,8 @@ def _describe(err: Any) -> str:
         shown = "an empty mapping" if not found else "a mapping"
     else:
         shown = repr(found)
-    return f"{path or 'top level'}: {err['msg']} (found {shown})"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return f"{path or 'top level'}: {message} (found {shown})"
 
 
 def _check_endpoints(config: GatewayConfig) -> None:

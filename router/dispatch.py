@@ -10,6 +10,7 @@ What is written down about a finished request is router/bookkeeping.py's job.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -24,14 +25,21 @@ from router.bookkeeping import Books, end_span
 from router.breaker import Breakers
 from router.budget import RetryBudget
 from router.config import BreakerConfig, DedicatedEndpoint, Endpoint, GatewayConfig
-from router.errors import GatewayError, ModelNotFound, NoCapacity, UpstreamFailure, UpstreamStatus
+from router.errors import (
+    GatewayError,
+    ModelNotFound,
+    NoCapacity,
+    RequestTimeout,
+    UpstreamFailure,
+    UpstreamStatus,
+)
 from router.job import Job, ms_since, overhead_ms, served_outcome
 from router.latency import Metric, route_key
 from router.openai import RequestPeek, peek, upstream_body
 from router.records import Attempt, Measures, Recorder, RetryOutcome
 from router.relay import StreamResult, relay_stream
 from router.signals import Signals
-from router.state.base import Lease, StateStore
+from router.state.base import Lease, Slots, StateStore
 from router.telemetry import (
     Telemetry,
     trace_headers,
@@ -42,16 +50,22 @@ from router.upstream import Upstream, response_headers
 _DONE_TERMINATED = frozenset({"/chat/completions", "/completions"})
 _MAX_RETRY_AFTER_S = 30.0
 
+log = logging.getLogger("tidegate")
+
 
 @dataclass(slots=True)
 class Reply:
-    """A finished answer for the HTTP layer: a body, or a stream plus its cleanup."""
+    """A finished answer for the HTTP layer: a body, or a stream plus its cleanup. The HTTP
+    layer sends it by `deadline` (event-loop time) and runs `on_close` however sending ends;
+    `result` (streams) is where it says why it cut the stream, if it did."""
 
     status: int
     headers: dict[str, str]
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
     on_close: Callable[[], Awaitable[None]] | None = None
+    deadline: float | None = None
+    result: StreamResult | None = None
 
 
 class Dispatcher:
@@ -68,6 +82,7 @@ class Dispatcher:
         telemetry: Telemetry | None = None,
     ) -> None:
         self._config = config
+        self._limits = config.limits
         self._store = store
         self._signals = signals or Signals(config, store)
         self._breakers = breakers or Breakers(store, breaker_configs(config))
@@ -78,11 +93,18 @@ class Dispatcher:
         self._policies = policies
 
     async def dispatch(
-        self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]], received_at: float
+        self,
+        path: str,
+        body: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        received_at: float,
+        client_ip: str | None = None,
     ) -> Reply:
         """Serve one OpenAI request body for `path` (relative to /v1). Raises ClientError
-        for a request the gateway itself rejects; every other outcome is a Reply."""
-        request = peek(body, self._config.limits.max_output_tokens)
+        for a request the gateway itself rejects; every other outcome is a Reply, recorded,
+        with every slot it took given back (or handed to the Reply's `on_close`)."""
+        limits = self._limits
+        request = peek(body, limits.max_output_tokens, limits.max_n)
         config = self._config.models.get(request.model)
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
@@ -100,18 +122,39 @@ class Dispatcher:
             decision.reason,
             snapshot,
             stickiness_key=key,
+            client_ip=client_ip,
         )
+        self._body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
         job.span = self._telemetry.start_request(path, request.model, headers)
         self._budgets[request.model].request()
+        deadline = asyncio.get_running_loop().time() + limits.request_timeout_s - ms_since(received_at) / 1e3
         try:
-            return await self._attempts(job)
+            async with asyncio.timeout_at(deadline):
+                reply = await self._attempts(job)
         except UpstreamFailure as exc:
             return self._failed(job, exc)
+        except TimeoutError:
+            limit = limits.request_timeout_s
+            message = f"the request did not complete within limits.request_timeout_s ({limit:g}s)"
+            return self._failed(job, RequestTimeout(message))
         except asyncio.CancelledError:  # the client left (or the server stops) before an answer
             self._books.record(
                 job, job.last_target, 499, Measures(error="client_gone"), RetryOutcome.CLIENT_GONE
             )
             raise
+        except Exception as exc:  # a bug of ours: logged and recorded, never a lost request
+            log.exception("internal error while dispatching %s for %s", path, request.model)
+            return self._failed(job, GatewayError("The gateway hit an internal error.", detail=repr(exc)))
+        reply.deadline = deadline
+        return reply
+
+    def _body_for(self, job: Job, target: Endpoint) -> bytes:
+        """The upstream body for `target`, encoded once per upstream model id."""
+        body = job.bodies.get(target.model)
+        if body is None:
+            ask_usage = job.path in _DONE_TERMINATED
+            body = job.bodies[target.model] = upstream_body(job.request, target.model, ask_usage=ask_usage)
+        return body
 
     async def _attempts(self, job: Job) -> Reply:
         retrying = AsyncRetrying(
@@ -128,42 +171,59 @@ class Dispatcher:
     def _should_retry(self, job: Job, state: RetryCallState) -> bool:
         """Retry a retryable failure while attempts remain. Failing over to another endpoint
         is always allowed; trying the same endpoint again spends the model's retry budget
-        (that is what multiplies load on a struggling upstream). A refusal is recorded."""
+        (that is what multiplies load on a struggling upstream), and is not done at all for
+        a failure another try cannot mend (`retry_same`). A refusal is recorded."""
         exc = state.outcome.exception() if state.outcome else None
-        if exc is None or not _retryable(exc) or state.attempt_number >= job.config.retry.attempts:
+        if not isinstance(exc, UpstreamFailure) or not exc.is_retryable:
             return False
-        if self._fails_over(job, exc) or self._budgets[job.request.model].try_retry():
+        if state.attempt_number >= job.config.retry.attempts:
+            return False
+        if self._fails_over(job, exc):
             return True
-        job.budget_denied = True
+        if exc.retry_same and self._budgets[job.request.model].try_retry():
+            return True
+        if exc.retry_same:
+            job.budget_denied = True
         return False
 
     async def _attempt(self, job: Job) -> Reply:
+        """One attempt. Whatever happens inside it, at any await, the slot it took is given
+        back, unless a Reply now owns it (and releases it in its `on_close`)."""
         target, lease = await self._admit(job)
+        try:
+            return await self._call(job, target, lease)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._release(lease)
+            raise
+
+    async def _call(self, job: Job, target: Endpoint, lease: Lease | None) -> Reply:
         started = job.attempt_started = time.monotonic()
-        body = upstream_body(job.request, target.model, ask_usage=job.path in _DONE_TERMINATED)
+        body = self._body_for(job, target)
         job.attempt_span = self._telemetry.start_attempt(job.span, len(job.attempts) + 1, target)
         context = trace_headers(job.attempt_span)
         response: httpx.Response | None = None
         try:
-            response = await self._upstream.open(target, job.path, body, job.headers, context)
+            response = await self._upstream.open(
+                target, job.path, body, job.headers, trace_context=context, client_ip=job.client_ip
+            )
             if job.request.stream:
                 reply = await self._stream_reply(job, target, response, lease)
             else:
                 reply = await self._body_reply(job, target, response)
         except UpstreamFailure as exc:
-            job.attempts.append(Attempt(target.name, type(exc).__name__, ms_since(started)))
+            job.attempts.append(Attempt(target.name, type(exc).__name__, ms_since(started), exc.detail))
             end_span(job.attempt_span, type(exc).__name__)
             if exc.blames_endpoint:
                 self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
-            await self._release(lease)
             job.cursor += 1
             raise
-        except asyncio.CancelledError:  # cancelled mid-attempt: close and release, shielded
-            job.attempts.append(Attempt(target.name, "Cancelled", ms_since(started)))
-            with anyio.CancelScope(shield=True):
-                if response is not None:
+        except BaseException as exc:  # cancelled, or a bug: close what was opened, shielded
+            name = "Cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
+            job.attempts.append(Attempt(target.name, name, ms_since(started)))
+            if response is not None:
+                with anyio.CancelScope(shield=True):
                     await response.aclose()
-                await self._release(lease)
             raise
         job.attempts.append(Attempt(target.name, None, ms_since(started)))  # open() raised for >= 400
         self._breakers.record(route_key(job.request.model, target.name), True, job.snapshot)
@@ -189,6 +249,9 @@ class Dispatcher:
             if not isinstance(target, DedicatedEndpoint):
                 self._note_target(job, target, step)
                 return target, None
+            if job.request.sequences > target.max_concurrency:  # n/best_of would never fit
+                job.reason = Reason.SATURATED
+                continue
             lease = await self._acquire(job, target, first=step == 0 and not job.attempts)
             if lease is not None:
                 self._signals.dispatched(target.name)
@@ -200,10 +263,11 @@ class Dispatcher:
     async def _acquire(self, job: Job, target: DedicatedEndpoint, *, first: bool) -> Lease | None:
         """A slot on `target`; the first try may wait in line as long as the policy allowed."""
         wait_s = job.decision.queue_ms / 1000.0 if first else 0.0
+        slots = Slots(target.max_concurrency, job.request.sequences, target.max_waiters)
         if wait_s <= 0:
-            return await self._store.try_acquire(target.name, target.max_concurrency)
+            return await self._store.try_acquire(target.name, slots)
         started = time.monotonic()
-        lease = await self._store.try_acquire(target.name, target.max_concurrency, wait_s)
+        lease = await self._store.try_acquire(target.name, slots, wait_s)
         job.queue_ms = ms_since(started)
         self._books.observe(route_key(job.request.model, target.name), Metric.QUEUE, job.queue_ms)
         return lease
@@ -215,7 +279,7 @@ class Dispatcher:
         job.last_target = target
 
     async def _body_reply(self, job: Job, target: Endpoint, response: httpx.Response) -> Reply:
-        payload = await self._upstream.read(response, target)
+        payload = await self._upstream.read(response, target, self._limits.max_response_bytes)
         return Reply(response.status_code, self._headers(job, target, response), payload)
 
     async def _stream_reply(
@@ -235,6 +299,7 @@ class Dispatcher:
             result,
             drop_usage=job.path in _DONE_TERMINATED and not job.request.wants_usage,
             expect_done=job.path in _DONE_TERMINATED,
+            max_event_bytes=self._limits.max_event_bytes,
         )
 
         async def close() -> None:
@@ -245,10 +310,14 @@ class Dispatcher:
             self._books.stream_done(job, target, response.status_code, result)
 
         return Reply(
-            response.status_code, self._headers(job, target, response), stream=relayed, on_close=close
+            response.status_code,
+            self._headers(job, target, response),
+            stream=relayed,
+            on_close=close,
+            result=result,
         )
 
-    def _failed(self, job: Job, exc: UpstreamFailure) -> Reply:
+    def _failed(self, job: Job, exc: GatewayError) -> Reply:
         target = job.last_target
         headers = self._headers(job, target, None)
         headers["x-tidegate-attempts"] = str(len(job.attempts))
@@ -257,8 +326,12 @@ class Dispatcher:
         elif isinstance(exc, NoCapacity):
             headers["retry-after"] = "1"
         headers["content-type"] = "application/json"
-        rejected = isinstance(exc, UpstreamStatus) and not exc.is_retryable
-        outcome = RetryOutcome.CLIENT_ERROR if rejected else RetryOutcome.EXHAUSTED
+        if isinstance(exc, UpstreamStatus) and not exc.is_retryable:
+            outcome = RetryOutcome.CLIENT_ERROR
+        elif isinstance(exc, UpstreamFailure | RequestTimeout):
+            outcome = RetryOutcome.EXHAUSTED
+        else:
+            outcome = RetryOutcome.INTERNAL_ERROR
         headers["x-tidegate-outcome"] = outcome.value
         self._books.record(job, target, exc.status_code, Measures(error=type(exc).__name__), outcome)
         return Reply(exc.status_code, headers, exc.body())
@@ -300,12 +373,6 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
     yield first
     async for chunk in rest:
         yield chunk
-
-
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, UpstreamStatus):
-        return exc.is_retryable
-    return isinstance(exc, UpstreamFailure)
 
 
 def breaker_configs(config: GatewayConfig) -> dict[str, BreakerConfig]:

@@ -7,13 +7,21 @@
     │   ├── ModelNotFound             404 model_not_found
     │   ├── RouteNotFound             404 unknown_url
     │   ├── MethodNotAllowed          405
+    │   ├── RequestBodyTimeout        408 (the body did not arrive within limits.body_timeout_s)
     │   └── PayloadTooLarge           413
+    ├── Overloaded                    503 server_overloaded (limits.max_in_flight reached)
+    ├── RequestTimeout                504 request_timeout (limits.request_timeout_s passed)
     ├── StoreUnavailable              503 (an admin write could not reach the shared state store)
     └── UpstreamFailure               the request could not be served by an upstream
         ├── UpstreamUnreachable       502 (connect refused, reset, DNS)
+        ├── UpstreamBadResponse       502 (malformed or oversized answer)
+        ├── UpstreamMisconfigured     502 (the upstream answered 3xx/401/403/404/405/407)
         ├── UpstreamTimeout           504 (connect, first byte or idle gap)
         ├── UpstreamStatus            the upstream answered with an error status
         └── NoCapacity                503 (every target refused admission)
+
+`message` is what the client reads; `detail` is what the operator reads in the access log
+(it may name upstream hosts and library errors, which the client never sees).
 
 Foreign exceptions (httpx, aiohttp, orjson, redis) are translated into these at exactly one
 place each (`upstream.py`, `openai.py`, `state/redis.py`); the rest of the gateway only sees
@@ -32,10 +40,11 @@ class GatewayError(Exception):
     error_type: ClassVar[str] = "api_error"
     code: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
+    def __init__(self, message: str, *, param: str | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.detail = detail or message
 
     @property
     def status_code(self) -> int:
@@ -78,9 +87,28 @@ class MethodNotAllowed(ClientError):
     code = "method_not_allowed"
 
 
+class RequestBodyTimeout(ClientError):
+    status = 408
+    code = "request_timeout"
+
+
 class PayloadTooLarge(ClientError):
     status = 413
     code = "request_too_large"
+
+
+class Overloaded(GatewayError):
+    status = 503
+    code = "server_overloaded"
+
+    @property
+    def retry_after_s(self) -> float | None:
+        return 1.0
+
+
+class RequestTimeout(GatewayError):
+    status = 504
+    code = "request_timeout"
 
 
 class StoreUnavailable(GatewayError):
@@ -89,10 +117,15 @@ class StoreUnavailable(GatewayError):
 
 
 class UpstreamFailure(GatewayError):
-    """An attempt at one upstream failed; `retryable` says whether another attempt may help,
-    `blames_endpoint` whether it counts against the endpoint's health (circuit breaker)."""
+    """An attempt at one upstream failed. `is_retryable`: another attempt may help;
+    `retry_same`: that attempt may go to the same endpoint (else only to another one);
+    `blames_endpoint`: it counts against the endpoint's health (circuit breaker)."""
 
-    retryable: ClassVar[bool] = True
+    retry_same: ClassVar[bool] = True
+
+    @property
+    def is_retryable(self) -> bool:
+        return True
 
     @property
     def blames_endpoint(self) -> bool:
@@ -102,6 +135,23 @@ class UpstreamFailure(GatewayError):
 class UpstreamUnreachable(UpstreamFailure):
     status = 502
     code = "upstream_unreachable"
+
+
+class UpstreamBadResponse(UpstreamFailure):
+    """A malformed answer (bad status line, oversized header, body or event)."""
+
+    status = 502
+    code = "upstream_bad_response"
+    retry_same = False
+
+
+class UpstreamMisconfigured(UpstreamFailure):
+    """The upstream refused the gateway itself (credentials, path, redirect): the operator's
+    problem, never the client's; the upstream's body is not relayed."""
+
+    status = 502
+    code = "upstream_misconfigured"
+    retry_same = False
 
 
 class UpstreamTimeout(UpstreamFailure):

@@ -40,6 +40,8 @@ class Job:
     budget_denied: bool = False
     attempt_started: float = 0.0  # the current attempt's request was sent after this
     queue_ms: float = 0.0  # time spent waiting in line for a dedicated slot
+    client_ip: str | None = None
+    bodies: dict[str, bytes] = field(default_factory=dict)  # upstream model id -> encoded body
 
 
 def ms_since(since: float) -> float:

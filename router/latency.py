@@ -23,6 +23,10 @@ from ddsketch.mapping import LogarithmicMapping
 
 RELATIVE_ACCURACY = 0.01
 SLICE_S = 10
+# Slice lengths the shared store keeps: 10 s slices rolled up into 1 min and 1 h ones, so a
+# window of any length reads at most _MAX_SLICES slices per route and metric.
+ROLLUPS_S = (SLICE_S, 60, 3600)
+_MAX_SLICES = 360
 _MIN_MS = 0.001  # the mapping needs a positive value; nothing we time is shorter than 1 µs
 MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 
@@ -39,9 +43,18 @@ def route_key(model: str, endpoint: str) -> str:
     return f"{model}/{endpoint}"
 
 
-def slice_of(wall_s: float) -> int:
-    """The start (Unix seconds) of the time slice `wall_s` falls in."""
-    return int(wall_s // SLICE_S) * SLICE_S
+def slice_of(wall_s: float, step_s: int = SLICE_S) -> int:
+    """The start (Unix seconds) of the `step_s`-long time slice `wall_s` falls in."""
+    return int(wall_s // step_s) * step_s
+
+
+def resolution_for(window_s: float) -> int:
+    """The finest slice length (one of ROLLUPS_S) that covers `window_s` in at most
+    _MAX_SLICES slices: 10 s up to an hour, 1 min up to 6 h, 1 h beyond."""
+    for step in ROLLUPS_S:
+        if window_s / step <= _MAX_SLICES:
+            return step
+    return ROLLUPS_S[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +190,32 @@ class CountBook:
             del self._slices[key]
 
 
-def slices_in_window(wall_s: float, window_s: float) -> range:
+def rolled_up(slices: Mapping[SliceKey, Histogram], step_s: int) -> dict[SliceKey, Histogram]:
+    """`slices` merged into `step_s`-long slices."""
+    out: dict[SliceKey, Histogram] = {}
+    for (route, metric, start), histogram in slices.items():
+        key = (route, metric, slice_of(start, step_s))
+        merged = out.get(key)
+        if merged is None:
+            merged = out[key] = Histogram()
+        merged.merge(histogram)
+    return out
+
+
+def rolled_up_counts(slices: Mapping[tuple[str, int], Counts], step_s: int) -> dict[tuple[str, int], Counts]:
+    """Counter `slices` summed into `step_s`-long slices."""
+    out: dict[tuple[str, int], Counts] = {}
+    for (route, start), counts in slices.items():
+        add_counts(out.setdefault((route, slice_of(start, step_s)), {}), counts)
+    return out
+
+
+def slices_in_window(wall_s: float, window_s: float, step_s: int = SLICE_S) -> range:
     """Slice starts overlapping (wall_s - window_s, wall_s]: the window is rounded out to
-    whole slices, so it holds between window_s and window_s + SLICE_S of samples."""
-    last = slice_of(wall_s)
-    first = slice_of(wall_s - window_s + 1e-9)
-    return range(first, last + 1, SLICE_S)
+    whole slices, so it holds between window_s and window_s + step_s of samples."""
+    last = slice_of(wall_s, step_s)
+    first = slice_of(wall_s - window_s + 1e-9, step_s)
+    return range(first, last + 1, step_s)
 
 
 def figures_by_route(

@@ -26,12 +26,13 @@ class RequestPeek:
     stream: bool
     user: str | None
     wants_usage: bool
+    sequences: int = 1  # what the engine generates at once: max(n, best_of)
 
 
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
-def peek(body: bytes, max_output_tokens: int = 1 << 20) -> RequestPeek:
+def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> RequestPeek:
     """Parse a JSON request body; raise InvalidRequest for anything routing cannot use."""
     try:
         payload = orjson.loads(body)
@@ -59,7 +60,18 @@ def peek(body: bytes, max_output_tokens: int = 1 << 20) -> RequestPeek:
         stream=bool(stream),
         user=user if isinstance(user, str) else None,
         wants_usage=wants_usage,
+        sequences=max(_count(payload, "n", max_n), _count(payload, "best_of", max_n)),
     )
+
+
+def _count(payload: dict[str, Any], name: str, ceiling: int) -> int:
+    """`n` or `best_of`: one engine sequence each, so one request may hold several slots."""
+    value = payload.get(name)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
+        raise InvalidRequest(f"'{name}' must be an integer from 1 to {ceiling} (limits.max_n)", param=name)
+    return value
 
 
 def _check_token_limits(payload: dict[str, Any], ceiling: int) -> None:
@@ -81,4 +93,7 @@ def upstream_body(request: RequestPeek, upstream_model: str, *, ask_usage: bool)
         merged = dict(options) if isinstance(options, dict) else {}
         merged["include_usage"] = True
         payload["stream_options"] = merged
-    return orjson.dumps(payload)
+    try:
+        return orjson.dumps(payload)
+    except orjson.JSONEncodeError as exc:  # e.g. nested deeper than the encoder allows
+        raise InvalidRequest(f"request body cannot be forwarded: {exc}") from exc

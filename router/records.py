@@ -28,6 +28,7 @@ class RetryOutcome(StrEnum):
     CLIENT_ERROR = "client_error"  # the upstream rejected the request itself (4xx): not retried
     CLIENT_GONE = "client_gone"  # the client left before the answer was complete
     FAILED_MID_STREAM = "failed_mid_stream"  # the upstream failed after the first byte
+    INTERNAL_ERROR = "internal_error"  # the gateway itself failed (a bug): logged, answered 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class Attempt:
     endpoint: str
     error: str | None  # None: this attempt served the request
     duration_ms: float
+    detail: str | None = None  # for the operator: what the transport said (never sent to clients)
 
 
 @dataclass(frozen=True, slots=True)

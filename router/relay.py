@@ -8,6 +8,8 @@ dropped again when the gateway asked for it and the client did not.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,8 +17,9 @@ from typing import Any
 
 import orjson
 
-from router.errors import GatewayError, UpstreamUnreachable, error_body
+from router.errors import GatewayError, RequestTimeout, UpstreamBadResponse, UpstreamUnreachable, error_body
 
+log = logging.getLogger("tidegate")
 _EVENT_END = b"\n\n"
 _DONE = b"data: [DONE]"
 _USAGE_OBJECT = b'"usage":{'
@@ -38,26 +41,33 @@ class StreamResult:
     completed: bool = False  # the upstream sent [DONE] or closed cleanly after output
     error: GatewayError | None = None
     usage: Usage | None = None
+    cut: str | None = None  # the HTTP layer cut the answer: client_write_timeout | request_timeout
 
 
 class SseRelay:
-    """Turns upstream byte chunks into complete SSE events for the client."""
+    """Turns upstream byte chunks into complete SSE events for the client, in time linear in
+    the bytes relayed (only new bytes are searched for an event's end); an event that grows
+    past `max_event_bytes` without ending is UpstreamBadResponse."""
 
-    def __init__(self, result: StreamResult, *, drop_usage: bool) -> None:
+    def __init__(self, result: StreamResult, *, drop_usage: bool, max_event_bytes: int = 8 << 20) -> None:
         self._result = result
         self._drop_usage = drop_usage
-        self._buffer = b""
+        self._max_event = max_event_bytes
+        self._buffer = bytearray()
+        self._pending_cr = False
 
     def feed(self, chunk: bytes) -> bytes:
         """Bytes of the complete events in `buffer + chunk` to send now (maybe empty)."""
-        if b"\r" in chunk:
-            chunk = chunk.replace(b"\r\n", b"\n")
-        data = self._buffer + chunk
-        end = data.rfind(_EVENT_END)
+        chunk = self._normalise(chunk)
+        start = max(0, len(self._buffer) - 1)  # an event's end may straddle two chunks
+        self._buffer += chunk
+        end = self._buffer.rfind(_EVENT_END, start)
         if end < 0:
-            self._buffer = data
+            self._check_size()
             return b""
-        complete, self._buffer = data[: end + 2], data[end + 2 :]
+        complete = bytes(self._buffer[: end + 2])
+        del self._buffer[: end + 2]
+        self._check_size()
         if (
             self._result.first_token_at is None
             or _USAGE_OBJECT in complete
@@ -71,8 +81,24 @@ class SseRelay:
 
     def flush(self) -> bytes:
         """What is left when the upstream closed: an unterminated last event, if any."""
-        rest, self._buffer = self._buffer, b""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
         return self._inspect(rest + _EVENT_END) if rest.strip() else b""
+
+    def _normalise(self, chunk: bytes) -> bytes:
+        """CRLF line ends as LF, also when a CRLF is split between two chunks."""
+        if self._pending_cr:
+            chunk, self._pending_cr = b"\r" + chunk, False
+        if chunk.endswith(b"\r"):
+            chunk, self._pending_cr = chunk[:-1], True
+        return chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+
+    def _check_size(self) -> None:
+        if len(self._buffer) > self._max_event:
+            raise UpstreamBadResponse(
+                "the upstream sent an oversized stream event",
+                detail=f"an SSE event over limits.max_event_bytes ({self._max_event})",
+            )
 
     def _inspect(self, complete: bytes) -> bytes:
         kept: list[bytes] = []
@@ -102,14 +128,19 @@ class SseRelay:
 
 
 async def relay_stream(
-    chunks: AsyncIterator[bytes], result: StreamResult, *, drop_usage: bool, expect_done: bool
+    chunks: AsyncIterator[bytes],
+    result: StreamResult,
+    *,
+    drop_usage: bool,
+    expect_done: bool,
+    max_event_bytes: int = 8 << 20,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes; on an upstream failure after the first byte, end the stream with
     an OpenAI-shaped error event instead of raising (a retry is impossible by then).
 
     `expect_done`: the protocol ends with `data: [DONE]` (chat and text completions), so a
     stream closed without it was cut short."""
-    relay = SseRelay(result, drop_usage=drop_usage)
+    relay = SseRelay(result, drop_usage=drop_usage, max_event_bytes=max_event_bytes)
     try:
         async for chunk in chunks:
             out = relay.feed(chunk)
@@ -124,6 +155,31 @@ async def relay_stream(
     except GatewayError as exc:
         result.error = exc
         yield error_event(exc)
+    except Exception as exc:  # a bug of ours or an untranslated transport error: recorded, ended cleanly
+        log.exception("stream relay failed")
+        result.error = GatewayError("the gateway hit an internal error", detail=repr(exc))
+        yield error_event(result.error)
+
+
+async def until_deadline(
+    events: AsyncIterator[bytes], deadline: float | None, result: StreamResult
+) -> AsyncIterator[bytes]:
+    """`events` until `deadline` (event-loop time); then one error event ends the stream
+    cleanly (the client reads why) and `result.cut` says `request_timeout`."""
+    try:
+        while True:
+            async with asyncio.timeout_at(deadline):
+                event = await anext(events, None)
+            if event is None:
+                return
+            yield event
+    except TimeoutError:
+        result.cut = "request_timeout"
+        yield error_event(RequestTimeout("the request did not complete within limits.request_timeout_s"))
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def error_event(exc: GatewayError) -> bytes:

@@ -10,11 +10,14 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import uvicorn
 import uvloop
 from starlette.types import ASGIApp
+
+from router.config import LimitsConfig
+from router.limits import guarded_protocol
 
 LOG_FORMAT = "%(message)s"
 
@@ -52,43 +55,60 @@ class _Companion(uvicorn.Server):
 class Served:
     """An app on a listening socket. On SIGTERM it stops accepting, lets in-flight requests
     (streams included) finish for up to `drain_s`, then cancels the rest; its lifespan then
-    releases what it holds."""
+    releases what it holds. `limits` bound its connections (see router/limits.py)."""
 
     app: ASGIApp
     sock: socket.socket
     drain_s: int = 30
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
-def _config(app: ASGIApp, log_level: str, drain_s: int) -> uvicorn.Config:
+def server_config(served: Served, log_level: str = "warning", loop: str = "uvloop") -> uvicorn.Config:
+    """uvicorn's config for `served`: httptools under our connection limits, keep-alive
+    `limits.keep_alive_s` (above clients' and load balancers' own idle timeouts, so the
+    server is never the side that closes a connection a client is about to reuse)."""
     return uvicorn.Config(
-        app,
-        loop="uvloop",
-        http="httptools",
+        served.app,
+        loop=loop,
+        http=guarded_protocol(served.limits),
         lifespan="on",
         access_log=False,
         log_level=log_level,
         log_config=None,
-        timeout_graceful_shutdown=drain_s,
+        timeout_graceful_shutdown=served.drain_s,
+        timeout_keep_alive=int(served.limits.keep_alive_s),
     )
 
 
 async def serve_all(main: Served, companions: Sequence[Served] = (), log_level: str = "warning") -> None:
     """Serve `main` until it is told to stop (SIGINT/SIGTERM), then stop the companions."""
-    others = [_Companion(_config(c.app, log_level, c.drain_s)) for c in companions]
+    others = [_Companion(server_config(c, log_level)) for c in companions]
     tasks = [asyncio.create_task(s.serve(sockets=[c.sock])) for s, c in zip(others, companions, strict=True)]
     try:
-        await uvicorn.Server(_config(main.app, log_level, main.drain_s)).serve(sockets=[main.sock])
+        await uvicorn.Server(server_config(main, log_level)).serve(sockets=[main.sock])
     finally:
         for server in others:
             server.should_exit = True
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def startup_failed(app: ASGIApp) -> str | None:
+    """Why the app's lifespan refused to start (e.g. Redis unreachable), if it did."""
+    state = getattr(app, "state", None)
+    return getattr(state, "startup_error", None)
+
+
 def run(main: Served, companions: Sequence[Served] = (), log_level: str = "warning") -> None:
     uvloop.run(serve_all(main, companions, log_level))
 
 
-def run_workers(make_app: Callable[[], ASGIApp], sock: socket.socket, workers: int, drain_s: int = 30) -> int:
+def run_workers(
+    make_app: Callable[[], ASGIApp],
+    sock: socket.socket,
+    workers: int,
+    drain_s: int,
+    limits: LimitsConfig,
+) -> int:
     """Pre-fork `workers` processes that accept on the same listening socket; each builds its
     own app (its own event loop, upstream pools and store connections). SIGTERM/SIGINT are
     passed on to every worker; when one worker ends on its own, the others are stopped too
@@ -101,7 +121,9 @@ def run_workers(make_app: Callable[[], ASGIApp], sock: socket.socket, workers: i
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             code = 0
             try:
-                run(Served(make_app(), sock, drain_s))
+                app = make_app()
+                run(Served(app, sock, drain_s, limits))
+                code = 2 if startup_failed(app) else 0
             except BaseException:
                 logging.getLogger("tidegate").exception("worker %d failed", os.getpid())
                 code = 1

@@ -9,6 +9,7 @@ fraction of httpx's own transport (DESIGN.md, performance facts); tests may pass
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
@@ -17,7 +18,16 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from router.config import Endpoint
-from router.errors import UpstreamFailure, UpstreamStatus, UpstreamTimeout, UpstreamUnreachable
+from router.errors import (
+    UpstreamBadResponse,
+    UpstreamFailure,
+    UpstreamMisconfigured,
+    UpstreamStatus,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
+
+log = logging.getLogger("tidegate.upstream")
 
 TransportFactory = Callable[[Endpoint], httpx.AsyncBaseTransport]
 
@@ -40,11 +50,23 @@ _DROP_REQUEST_HEADERS = frozenset(
         b"cookie",
         b"api-key",
         b"x-api-key",
+        # the client's word about where it came from is not ours to pass on (we add our own)
+        b"forwarded",
+        b"x-real-ip",
+        # the provider's billing scope comes from the endpoint's config, never from a client
+        b"openai-organization",
+        b"openai-project",
     }
 )
 _KEEP_RESPONSE_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
 _MAX_ERROR_BODY = 64 * 1024
 _POOL_CONNECTIONS = 1024
+# Every exception a transport may raise for a broken exchange: httpx's own tree, aiohttp's
+# (httpx-aiohttp passes some through unmapped, e.g. a malformed status line or an oversized
+# header), and the OS's. They are all translated here, so none reaches the dispatcher.
+_TRANSPORT_ERRORS = (httpx.HTTPError, aiohttp.ClientError, OSError, asyncio.IncompleteReadError)
+# The upstream refused the gateway itself: a redirect, bad credentials, a wrong path or model.
+_MISCONFIGURED = frozenset({401, 403, 404, 405, 407})
 
 
 def aiohttp_transport(endpoint: Endpoint) -> httpx.AsyncBaseTransport:
@@ -74,33 +96,35 @@ class Upstream:
         path: str,
         body: bytes,
         client_headers: Iterable[tuple[bytes, bytes]],
+        *,
         trace_context: Sequence[tuple[bytes, bytes]] = (),
+        client_ip: str | None = None,
     ) -> httpx.Response:
         """Send a POST and return the response once its headers arrived (body not read).
         `trace_context` (W3C `traceparent`/`tracestate` of the attempt's span) replaces the
-        client's own, so the upstream's spans hang under the attempt.
+        client's own, so the upstream's spans hang under the attempt; `client_ip` becomes the
+        only `X-Forwarded-For`.
 
         Raises UpstreamStatus for a non-2xx answer (its body read, the response closed),
-        UpstreamTimeout when no headers came within the endpoint's `ttft_s`, and
+        UpstreamMisconfigured for a 3xx/401/403/404/405/407, UpstreamTimeout when no headers
+        came within the endpoint's `ttft_s`, UpstreamBadResponse for a malformed answer and
         UpstreamUnreachable for connection failures.
         """
         client = self._clients[endpoint.name]
-        request = client.build_request(
-            "POST",
-            endpoint.base_url.rstrip("/") + path,
-            content=body,
-            headers=_upstream_headers(client_headers, endpoint.api_key, trace_context),
-        )
+        headers = upstream_headers(client_headers, endpoint, trace_context, client_ip)
         try:
+            request = client.build_request(
+                "POST", endpoint.base_url.rstrip("/") + path, content=body, headers=headers
+            )
             async with asyncio.timeout(endpoint.timeouts.ttft_s):
                 response = await client.send(request, stream=True)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{endpoint.name}: no response within {endpoint.timeouts.ttft_s:g}s"
             ) from exc
-        except httpx.HTTPError as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise translate(exc, endpoint) from exc
-        if response.status_code >= 400:
+        if not 200 <= response.status_code < 300:
             raise await _status_failure(response, endpoint)
         return response
 
@@ -113,7 +137,7 @@ class Upstream:
                 yield chunk
                 if time.monotonic() > deadline:
                     raise UpstreamTimeout(f"{endpoint.name}: stream exceeded {endpoint.timeouts.total_s:g}s")
-        except httpx.HTTPError as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise translate(exc, endpoint) from exc
 
     async def first_chunk(self, chunks: AsyncIterator[bytes], endpoint: Endpoint) -> bytes:
@@ -128,19 +152,28 @@ class Upstream:
         except StopAsyncIteration as exc:
             raise UpstreamUnreachable(f"{endpoint.name}: empty stream") from exc
 
-    async def read(self, response: httpx.Response, endpoint: Endpoint) -> bytes:
-        """The whole body within the endpoint's `total_s`; the response is closed after."""
+    async def read(self, response: httpx.Response, endpoint: Endpoint, max_bytes: int) -> bytes:
+        """The whole body within the endpoint's `total_s` and `max_bytes` (else
+        UpstreamBadResponse, read no further); the response is closed after."""
+        body = bytearray()
         try:
             async with asyncio.timeout(endpoint.timeouts.total_s):
-                return await response.aread()
+                async for chunk in response.aiter_raw():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise UpstreamBadResponse(
+                            f"{endpoint.name}: the upstream's answer is too large",
+                            detail=f"{endpoint.name}: answer over limits.max_response_bytes ({max_bytes})",
+                        )
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{endpoint.name}: no complete answer within {endpoint.timeouts.total_s:g}s"
             ) from exc
-        except httpx.HTTPError as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise translate(exc, endpoint) from exc
         finally:
             await response.aclose()
+        return bytes(body)
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self._clients.values()))
@@ -151,35 +184,49 @@ def response_headers(response: httpx.Response) -> dict[str, str]:
     return {k: response.headers[k] for k in _KEEP_RESPONSE_HEADERS if k in response.headers}
 
 
-def translate(exc: httpx.HTTPError, endpoint: Endpoint) -> UpstreamFailure:
-    """httpx-aiohttp maps most aiohttp connection errors to httpx.ConnectTimeout, so the
-    aiohttp cause, when there is one, decides: only a real timeout is a timeout."""
-    cause = exc.__cause__
-    if isinstance(cause, aiohttp.ClientError | TimeoutError):
-        timed_out = isinstance(cause, TimeoutError)
-    else:
-        timed_out = isinstance(exc, httpx.TimeoutException)
-    detail = str(cause or exc) or type(cause or exc).__name__
-    if timed_out:
-        return UpstreamTimeout(f"{endpoint.name}: timed out ({detail})")
-    return UpstreamUnreachable(f"{endpoint.name}: unreachable ({detail})")
+def translate(exc: BaseException, endpoint: Endpoint) -> UpstreamFailure:
+    """Any transport exception as the gateway's own. httpx-aiohttp maps most aiohttp
+    connection errors to httpx.ConnectTimeout, so the aiohttp cause, when there is one,
+    decides: only a real timeout is a timeout. The client reads only the endpoint's name and
+    the kind of failure; the library's text (hosts, ports) goes to the log as `detail`."""
+    cause = exc.__cause__ if isinstance(exc, httpx.HTTPError) and exc.__cause__ is not None else exc
+    text = f"{endpoint.name}: {type(cause).__name__}: {cause}"
+    if isinstance(cause, TimeoutError | httpx.TimeoutException):
+        return UpstreamTimeout(f"{endpoint.name}: the upstream timed out", detail=text)
+    if isinstance(cause, aiohttp.ClientResponseError | aiohttp.ClientPayloadError | httpx.DecodingError):
+        return UpstreamBadResponse(f"{endpoint.name}: the upstream sent a malformed answer", detail=text)
+    return UpstreamUnreachable(f"{endpoint.name}: the upstream is unreachable", detail=text)
 
 
-def _upstream_headers(
+def upstream_headers(
     client_headers: Iterable[tuple[bytes, bytes]],
-    api_key: str,
+    endpoint: Endpoint,
     trace_context: Sequence[tuple[bytes, bytes]] = (),
+    client_ip: str | None = None,
 ) -> list[tuple[bytes, bytes]]:
-    replaced = {k for k, _ in trace_context}
+    """The client's headers less hop-by-hop ones (fixed, and those its `Connection` names),
+    its secrets, forwarding claims and billing scope; plus ours."""
+    client_headers = list(client_headers)
+    dropped = set(_DROP_REQUEST_HEADERS)
+    dropped.update(k for k, _ in trace_context)
+    for key, value in client_headers:
+        if key == b"connection":
+            dropped.update(n.strip().lower() for n in value.split(b","))
     headers = [
         (k, v)
         for k, v in client_headers
-        if k not in _DROP_REQUEST_HEADERS and not k.startswith(b"x-tidegate-") and k not in replaced
+        if k not in dropped and not k.startswith((b"x-tidegate-", b"x-forwarded-"))
     ]
     headers.extend(trace_context)
     headers.append((b"accept-encoding", b"identity"))
-    if api_key:
-        headers.append((b"authorization", b"Bearer " + api_key.encode()))
+    if client_ip:
+        headers.append((b"x-forwarded-for", client_ip.encode("latin-1")))
+    if endpoint.api_key:
+        headers.append((b"authorization", b"Bearer " + endpoint.api_key.encode()))
+    if endpoint.organization:
+        headers.append((b"openai-organization", endpoint.organization.encode()))
+    if endpoint.project:
+        headers.append((b"openai-project", endpoint.project.encode()))
     return headers
 
 
@@ -190,11 +237,23 @@ async def _status_failure(response: httpx.Response, endpoint: Endpoint) -> Upstr
             payload += chunk
             if len(payload) > _MAX_ERROR_BODY:
                 break
-    except httpx.HTTPError:
+    except _TRANSPORT_ERRORS:
         pass  # the status alone is enough to report this failure
     finally:
         await response.aclose()
-    return UpstreamStatus(response.status_code, payload[:_MAX_ERROR_BODY], _retry_after(response.headers))
+    status = response.status_code
+    if status < 400 or status in _MISCONFIGURED:
+        log.error(
+            "upstream %s answered %d: check its base_url, model and api_key (body: %r)",
+            endpoint.name,
+            status,
+            payload[:256],
+        )
+        return UpstreamMisconfigured(
+            f"route {endpoint.name} is misconfigured at the gateway; its operator has been told",
+            detail=f"{endpoint.name}: upstream answered {status}",
+        )
+    return UpstreamStatus(status, payload[:_MAX_ERROR_BODY], _retry_after(response.headers))
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

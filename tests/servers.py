@@ -19,7 +19,8 @@ import redis
 import uvicorn
 from starlette.types import ASGIApp
 
-from router.serving import bind
+from router.config import LimitsConfig
+from router.serving import Served, bind, server_config
 from router.sim.app import create_sim_app
 from router.sim.profile import SimProfile
 
@@ -36,20 +37,17 @@ def wait_until(check: Callable[[], bool], timeout: float = 10.0, interval: float
 class ThreadServer:
     """An ASGI app served by uvicorn (httptools) in a thread with its own event loop."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, limits: LimitsConfig | None = None) -> None:
+        """Served as `tidegate serve` serves (router/serving.py), with the app's own limits
+        (or `limits`), on the asyncio loop."""
         self.sock = bind("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app,
-            loop="asyncio",
-            http="httptools",
-            lifespan="on",
-            access_log=False,
-            log_config=None,
-            log_level="warning",
-        )
-        self.server = uvicorn.Server(config)
+        if limits is None:
+            config = getattr(getattr(app, "state", None), "config", None)
+            limits = config.limits if config is not None else LimitsConfig()
+        served = Served(app, self.sock, limits=limits)
+        self.server = uvicorn.Server(server_config(served, loop="asyncio"))
         self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -83,10 +81,15 @@ class Sim(ThreadServer):
         httpx.put(self.url + "/sim/config", json=changes).raise_for_status()
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`tidegate ARGS...` to completion (bounded), its output captured."""
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`tidegate ARGS...` to completion (bounded), its output captured; `env` adds variables."""
     return subprocess.run(
-        [sys.executable, "-m", "router.cli", *args], check=False, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "router.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
     )
 
 

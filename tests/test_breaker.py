@@ -122,7 +122,7 @@ async def test_redis_circuits_are_seen_by_other_replicas(redis_url):
 def test_a_failing_dedicated_endpoint_is_skipped_then_probed_back():
     with Sim(dedicated_profile()) as ded, Sim(serverless_profile()) as sl:
         config = parse_config(
-            "models:\n  m:\n"
+            "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
             "    breaker: {consecutive_failures: 2, cooldown_s: 0.3, max_cooldown_s: 0.3}\n"
             "    retry: {attempts: 2, backoff_ms: 0}\n"
             f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 4}}]\n"

@@ -8,13 +8,13 @@ from pathlib import Path
 import httpx
 import openai
 
-from tests.servers import CliProcess, run_cli, wait_until
+from tests.servers import CliProcess, free_port_iter, run_cli, wait_until
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "tidegate.yaml"
 
 
 def test_check_config_accepts_the_example():
-    done = run_cli("check-config", str(EXAMPLE))
+    done = run_cli("check-config", str(EXAMPLE), env={"TIDEGATE_API_KEY": "k"})
     assert done.returncode == 0, done.stderr
     assert "model deepseek-v4-pro: policy dedicated_first" in done.stdout
     assert done.stdout.rstrip().endswith("OK")
@@ -34,7 +34,7 @@ def test_check_config_lists_every_problem_and_fails(tmp_path):
 def test_check_config_reports_an_unknown_policy(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "models:\n  m:\n    policy: nope\n    serverless: [{name: s, base_url: 'http://s/v1', model: y}]\n"
+        "auth: {allow_anonymous: true}\nmodels:\n  m:\n    policy: nope\n    serverless: [{name: s, base_url: 'http://s/v1', model: y}]\n"
     )
     done = run_cli("check-config", str(bad))
     assert done.returncode == 1
@@ -50,7 +50,7 @@ def test_serve_in_front_of_sim_processes(tmp_path):
     ):
         config = tmp_path / "tidegate.yaml"
         config.write_text(
-            "models:\n  chat:\n"
+            "auth: {allow_anonymous: true}\nmodels:\n  chat:\n"
             f"    dedicated: [{{name: ded, base_url: '{ded.url}', model: d, max_concurrency: 2}}]\n"
             f"    serverless: [{{name: sl, base_url: '{sl.url}', model: s, api_key: '${{SL_KEY}}'}}]\n"
         )
@@ -104,3 +104,34 @@ def test_demo_starts_upstreams_and_answers_the_sdk():
     assert f"tidegate stats --url {demo.root} --admin-key demo-admin --watch" in banner
     assert stats.returncode == 0, stats.stderr
     assert "demo-model" in stats.stdout and "2 requests" in stats.stdout
+
+
+def test_serve_refuses_to_start_open_when_every_key_resolves_empty(tmp_path):
+    config = tmp_path / "open.yaml"
+    config.write_text(
+        "auth: {api_keys: ['${TIDEGATE_API_KEY:-}']}\nmodels:\n  m:\n"
+        "    serverless: [{name: s, base_url: 'http://127.0.0.1:1/v1', model: y}]\n"
+    )
+    done = run_cli("serve", "--config", str(config), "--port", "0", env={"TIDEGATE_API_KEY": ""})
+    assert done.returncode == 2
+    assert "auth: no client API key is set" in done.stderr
+    assert "allow_anonymous" in done.stderr
+
+
+def test_serve_refuses_to_start_when_redis_is_unreachable_unless_told_to_start_degraded(tmp_path):
+    port = next(free_port_iter())
+    text = (
+        "auth: {{api_keys: [k]}}\nstate: {{redis_url: 'redis://:hunter2@127.0.0.1:{port}/0'{extra}}}\n"
+        "models:\n  m:\n    serverless: [{{name: s, base_url: 'http://127.0.0.1:1/v1', model: y}}]\n"
+    )
+    config = tmp_path / "redis.yaml"
+    config.write_text(text.format(port=port, extra=""))
+    done = run_cli("serve", "--config", str(config), "--port", "0")
+    assert done.returncode == 2, done.stderr
+    assert "state.redis_url: cannot use Redis" in done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
+    config.write_text(text.format(port=port, extra=", start_degraded: true"))
+    with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
+        wait_until(lambda: httpx.get(gw.root + "/readyz").status_code == 200, timeout=10)
+        assert httpx.get(gw.root + "/readyz").json()["status"] == "degraded"
+    assert "start_degraded is set" in "".join(gw.output)

@@ -10,6 +10,7 @@ from router.config import ConfigError, DedicatedEndpoint, load_config, parse_con
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "tidegate.yaml"
 MINIMAL = """
+auth: {allow_anonymous: true}
 models:
   m:
     serverless:
@@ -55,8 +56,36 @@ def test_canonical_example_loads_and_means_what_its_comments_say():
     )
 
 
-def test_empty_api_key_strings_mean_no_client_auth():
-    assert load_config(EXAMPLE, env={}).auth.api_keys == ()
+def test_the_example_refuses_to_start_without_its_client_key():
+    with pytest.raises(ConfigError) as caught:
+        load_config(EXAMPLE, env={})
+    assert "TIDEGATE_API_KEY is not set" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("auth", "refused_because"),
+    [
+        ("{}", "no client API key is set"),
+        ("{api_keys: []}", "no client API key is set"),
+        ("{api_keys: ['${EMPTY:-}', '']}", "no client API key is set"),
+        ("{api_keys: [k], allow_anonymous: true}", "choose one"),
+        ("{api_keys: [k], admin_key: k}", "admin_key must differ"),
+    ],
+)
+def test_auth_fails_closed(auth, refused_because):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(MINIMAL.replace("auth: {allow_anonymous: true}", f"auth: {auth}"), {})
+    assert refused_because in str(caught.value)
+    assert "auth" in caught.value.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("auth", "keys", "anonymous"),
+    [("{api_keys: [k1, '']}", ("k1",), False), ("{allow_anonymous: true}", (), True)],
+)
+def test_auth_is_open_only_when_said(auth, keys, anonymous):
+    config = parse_config(MINIMAL.replace("auth: {allow_anonymous: true}", f"auth: {auth}"), {})
+    assert (config.auth.api_keys, config.auth.allow_anonymous) == (keys, anonymous)
 
 
 def test_unset_variable_without_default_is_an_error_with_its_path():
@@ -77,7 +106,7 @@ def test_variable_default_and_embedded_references():
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("models: {}", "models: Value error, at least one model must be configured (found an empty mapping)"),
+        ("models: {}", "models: at least one model must be configured (found an empty mapping)"),
         (
             "listen: {port: 70000}\n" + MINIMAL,
             "listen.port: Input should be less than or equal to 65535 (found 70000)",
@@ -95,7 +124,7 @@ def test_variable_default_and_embedded_references():
             "models.m: endpoint name 'a' is used twice",
         ),
         (
-            "models:\n  m: {canary_percent: 5}\n",
+            "auth: {allow_anonymous: true}\nmodels:\n  m: {canary_percent: 5}\n",
             "models.m: needs at least one dedicated or serverless endpoint",
         ),
         (

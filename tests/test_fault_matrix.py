@@ -30,6 +30,8 @@ COUNT, CONCURRENCY = 16, 4
 
 def config_text(ded_url: str, sl_url: str, *, extra: str = "", model_extra: str = "") -> str:
     timeouts = "timeouts: {connect_s: 1, ttft_s: 0.5, idle_s: 2, total_s: 20}"
+    if "auth:" not in extra:
+        extra += "auth: {allow_anonymous: true}\n"
     return (
         f"{extra}models:\n  m:\n"
         "    retry: {attempts: 3, backoff_ms: 10}\n"

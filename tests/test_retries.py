@@ -42,7 +42,7 @@ def test_budget_refills_as_the_window_slides():
 def config_for(ded: Sim, sls: list[Sim], model_extra: str = ""):
     serverless = ", ".join(f"{{name: sl{i}, base_url: '{s.base_url}', model: s}}" for i, s in enumerate(sls))
     return parse_config(
-        "models:\n  m:\n"
+        "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
         f"{model_extra}"
         f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 4}}]\n"
         f"    serverless: [{serverless}]\n",

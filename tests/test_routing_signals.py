@@ -60,7 +60,7 @@ def test_slo_guard_spills_a_slow_dedicated_route_and_returns_when_it_recovers(re
     with Sim(dedicated) as ded, Sim(serverless_profile()) as sl:
         cfg = config(
             f"state: {{redis_url: '{redis_url}', window_s: 10}}\n"
-            "models:\n  m:\n"
+            "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
             "    slo: {ttft_p95_ms: 50, min_samples: 5, dwell_s: 0, recover_ratio: 0.8}\n"
             f"    dedicated: [{endpoint('ded', ded, ', max_concurrency: 8')}]\n"
             f"    serverless: [{endpoint('sl0', sl)}]\n"
@@ -87,7 +87,7 @@ def test_engine_signal_spills_when_vllm_reports_a_queue_from_other_clients():
         signal = f"engine_signal: {{metrics_url: '{ded.url}/metrics', interval_s: 0.05, waiting_on: 1, dwell_s: 0}}"
         app = create_app(
             config(
-                "models:\n  m:\n"
+                "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
                 f"    dedicated: [{endpoint('ded', ded, ', max_concurrency: 16, ' + signal)}]\n"
                 f"    serverless: [{endpoint('sl0', sl)}]\n"
             )
@@ -133,7 +133,7 @@ def test_fastest_moves_traffic_to_the_serverless_route_with_the_lower_p95_ttft()
     )  # ~40 ms TTFT, against well under 1 ms
     with Sim(slow) as sl0, Sim(serverless_profile(seed=3)) as sl1:
         cfg = config(
-            "models:\n  m:\n"
+            "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
             "    routing: {serverless: fastest, min_samples: 5, explore_percent: 50}\n"
             f"    serverless: [{endpoint('sl0', sl0)}, {endpoint('sl1', sl1)}]\n"
         )
@@ -163,7 +163,7 @@ def test_a_request_waits_in_line_for_a_dedicated_slot_when_allowed():
     dedicated = SimProfile(kind=Kind.DEDICATED, name="ded", max_concurrency=4, itl_s=0.02, seed=1)
     with Sim(dedicated) as ded, Sim(serverless_profile()) as sl:
         cfg = config(
-            "models:\n  m:\n"
+            "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
             "    routing: {max_queue_ms: 5000}\n"
             f"    dedicated: [{endpoint('ded', ded, ', max_concurrency: 1')}]\n"
             f"    serverless: [{endpoint('sl0', sl)}]\n"

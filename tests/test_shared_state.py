@@ -19,7 +19,7 @@ CAPACITY = 4
 def write_config(path: Path, ded: Sim, sl: Sim, redis_url: str, lease_ttl_s: float = 30.0) -> Path:
     path.write_text(
         f"state: {{redis_url: '{redis_url}', lease_ttl_s: {lease_ttl_s}}}\n"
-        "models:\n  m:\n"
+        "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
         f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
         f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
     )

@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
 from router.latency import Metric
-from router.state.base import StateStore
+from router.state.base import Slots, StateStore
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
 
@@ -30,31 +30,31 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
 
 
 async def test_never_grants_more_than_capacity_even_when_raced(store):
-    leases = await asyncio.gather(*(store.try_acquire("p", 5) for _ in range(50)))
+    leases = await asyncio.gather(*(store.try_acquire("p", Slots(5)) for _ in range(50)))
     granted = [lease for lease in leases if lease is not None]
     assert len(granted) == 5
-    assert await store.try_acquire("p", 5) is None
+    assert await store.try_acquire("p", Slots(5)) is None
 
 
 async def test_release_frees_a_slot_and_is_idempotent(store):
-    lease = await store.try_acquire("p", 1)
+    lease = await store.try_acquire("p", Slots(1))
     assert lease is not None
-    assert await store.try_acquire("p", 1) is None
+    assert await store.try_acquire("p", Slots(1)) is None
     await store.release(lease)
     await store.release(lease)
-    again = await store.try_acquire("p", 1)
+    again = await store.try_acquire("p", Slots(1))
     assert again is not None
-    assert await store.try_acquire("p", 1) is None
+    assert await store.try_acquire("p", Slots(1)) is None
 
 
 async def test_pools_are_independent(store):
-    assert await store.try_acquire("p", 1) is not None
-    assert await store.try_acquire("q", 1) is not None
+    assert await store.try_acquire("p", Slots(1)) is not None
+    assert await store.try_acquire("q", Slots(1)) is not None
 
 
 async def test_snapshot_reports_leases_held(store):
     for _ in range(3):
-        await store.try_acquire("p", 10)
+        await store.try_acquire("p", Slots(10))
     deadline = asyncio.get_running_loop().time() + 5
     while store.snapshot().in_flight.get("p") != 3:
         assert asyncio.get_running_loop().time() < deadline, store.snapshot()
@@ -70,12 +70,12 @@ async def poll(check, what: str, timeout_s: float = 5.0):
 
 
 async def test_waiters_are_admitted_in_arrival_order(store):
-    holder = await store.try_acquire("p", 1)
+    holder = await store.try_acquire("p", Slots(1))
     assert holder is not None
     order: list[int] = []
 
     async def wait_in_line(i: int) -> None:
-        lease = await store.try_acquire("p", 1, wait_s=10.0)
+        lease = await store.try_acquire("p", Slots(1), wait_s=10.0)
         assert lease is not None
         order.append(i)
         await store.release(lease)
@@ -90,33 +90,33 @@ async def test_waiters_are_admitted_in_arrival_order(store):
 
 
 async def test_a_newcomer_does_not_jump_the_line(store):
-    holder = await store.try_acquire("p", 1)
-    waiter = asyncio.create_task(store.try_acquire("p", 1, wait_s=10.0))
+    holder = await store.try_acquire("p", Slots(1))
+    waiter = asyncio.create_task(store.try_acquire("p", Slots(1), wait_s=10.0))
     await poll(lambda: store.snapshot().waiting.get("p") == 1, "waiter queued")
     await store.release(holder)
     # the slot is free, but it is the waiter's: a newcomer without patience gets nothing
-    newcomer = await store.try_acquire("p", 1)
+    newcomer = await store.try_acquire("p", Slots(1))
     lease = await asyncio.wait_for(waiter, 10)
     assert lease is not None
     assert newcomer is None
 
 
 async def test_a_wait_ends_empty_handed_at_its_deadline_and_leaves_the_line(store):
-    assert await store.try_acquire("p", 1) is not None
-    assert await store.try_acquire("p", 1, wait_s=0.05) is None
+    assert await store.try_acquire("p", Slots(1)) is not None
+    assert await store.try_acquire("p", Slots(1), wait_s=0.05) is None
     await poll(lambda: store.snapshot().waiting.get("p", 0) == 0, "line empty again")
 
 
 async def test_a_cancelled_waiter_leaves_the_line_and_holds_no_slot(store):
-    holder = await store.try_acquire("p", 1)
-    waiter = asyncio.create_task(store.try_acquire("p", 1, wait_s=10.0))
+    holder = await store.try_acquire("p", Slots(1))
+    waiter = asyncio.create_task(store.try_acquire("p", Slots(1), wait_s=10.0))
     await poll(lambda: store.snapshot().waiting.get("p") == 1, "waiter queued")
     waiter.cancel()
     await asyncio.gather(waiter, return_exceptions=True)
     # well before a forgotten waiter would go stale (1 s): the line must be empty already
     await poll(lambda: store.snapshot().waiting.get("p", 0) == 0, "cancelled waiter left", 0.5)
     await store.release(holder)
-    assert await store.try_acquire("p", 1) is not None
+    assert await store.try_acquire("p", Slots(1)) is not None
 
 
 async def test_observed_latency_reaches_the_window_figures(store):
@@ -144,12 +144,12 @@ async def test_ping(store):
 
 async def test_redis_leases_expire_when_their_holder_stops_renewing(redis_url):
     dead = RedisStore(redis_url, ["p"], lease_ttl_s=0.3)  # never started: never renews
-    assert await dead.try_acquire("p", 1) is not None
+    assert await dead.try_acquire("p", Slots(1)) is not None
     alive = RedisStore(redis_url, ["p"], lease_ttl_s=0.3)
     try:
-        assert await alive.try_acquire("p", 1) is None
+        assert await alive.try_acquire("p", Slots(1)) is None
         deadline = asyncio.get_running_loop().time() + 5
-        while await alive.try_acquire("p", 1) is None:
+        while await alive.try_acquire("p", Slots(1)) is None:
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.02)
     finally:
@@ -162,9 +162,9 @@ async def test_redis_leases_outlive_their_ttl_while_renewed(redis_url):
     await holder.start()
     other = RedisStore(redis_url, ["p"], lease_ttl_s=0.3)
     try:
-        assert await holder.try_acquire("p", 1) is not None
+        assert await holder.try_acquire("p", Slots(1)) is not None
         for _ in range(10):  # 10 x 0.1 s = three TTLs
-            assert await other.try_acquire("p", 1) is None
+            assert await other.try_acquire("p", Slots(1)) is None
             await asyncio.sleep(0.1)
     finally:
         await holder.close()
@@ -174,13 +174,13 @@ async def test_redis_leases_outlive_their_ttl_while_renewed(redis_url):
 async def test_redis_unreachable_falls_back_to_a_share_of_each_pool_locally():
     store = RedisStore("redis://127.0.0.1:1/0", ["p"], fallback_share=0.5)
     try:
-        leases = [await store.try_acquire("p", 4) for _ in range(3)]
+        leases = [await store.try_acquire("p", Slots(4)) for _ in range(3)]
         assert [lease is not None for lease in leases] == [True, True, False]  # 50% of 4
         assert store.degraded and store.fallback_admissions == 2
         assert store.snapshot().in_flight == {"p": 2}
         assert await store.ping() is False
         await store.release(leases[0])
-        assert await store.try_acquire("p", 4) is not None
+        assert await store.try_acquire("p", Slots(4)) is not None
     finally:
         await store.close()
 
@@ -189,11 +189,11 @@ async def test_redis_store_recovers_by_itself_when_redis_comes_back(redis_url):
     store = RedisStore(redis_url, ["p"], fallback_share=0.5)
     try:
         store._degrade(RedisError("simulated outage"))
-        local = await store.try_acquire("p", 4)
+        local = await store.try_acquire("p", Slots(4))
         assert local is not None and local.token.startswith("local:")
         await store.refresh()  # the background refresh reaches Redis again
         assert not store.degraded
-        shared = await store.try_acquire("p", 4)
+        shared = await store.try_acquire("p", Slots(4))
         assert shared is not None and not shared.token.startswith("local:")
         await store.release(local)  # a local lease is released locally, not in Redis
         assert await store._redis.zcard(store.key("p")) == 1
@@ -246,12 +246,12 @@ async def test_redis_drops_a_waiter_whose_replica_stopped_polling(redis_url):
     dead = RedisStore(redis_url, ["p"])
     alive = RedisStore(redis_url, ["p"])
     try:
-        holder = await alive.try_acquire("p", 1)
+        holder = await alive.try_acquire("p", Slots(1))
         # a waiter that joins the line once and then never polls again (its replica died)
         keys = dead._line_keys("p")
-        assert not await dead._acquire(keys=keys, args=[1, "ghost", 30000, "1", 1000])
+        assert not await dead._acquire(keys=keys, args=[1, "ghost", 30000, "1", 1000, 1, 64])
         await alive.release(holder)
-        lease = await alive.try_acquire("p", 1, wait_s=5.0)
+        lease = await alive.try_acquire("p", Slots(1), wait_s=5.0)
         assert lease is not None  # admitted once the ghost went stale, not stuck behind it
     finally:
         await dead.close()

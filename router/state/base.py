@@ -1,11 +1,14 @@
 """The state-store seam: admission slots on dedicated pools and the snapshot policies read.
 
 Contract, for every implementation:
-- `try_acquire(pool, capacity, wait_s)` is atomic: no interleaving of calls, from any number
-  of tasks, processes or replicas sharing the store, holds more than `capacity` leases on
-  `pool` at once. Admission is FIFO: a caller never takes a slot ahead of a caller already
-  waiting for that pool. With `wait_s == 0` it returns None at once when the pool is full;
-  otherwise it waits in line up to `wait_s` seconds, then returns None.
+- `try_acquire(pool, slots, wait_s)` is atomic: no interleaving of calls, from any number
+  of tasks, processes or replicas sharing the store, holds more than `slots.capacity` slots
+  on `pool` at once (a lease holds `slots.weight` of them). Admission is FIFO: a caller never
+  takes a slot ahead of a caller already waiting for that pool. With `wait_s == 0` it
+  returns None at once when the pool is full; otherwise it waits in line up to `wait_s`
+  seconds, then returns None; a line already `slots.max_waiters` long is not joined.
+  Whatever ends an acquire (an error, a cancellation, a timeout on the client side of a
+  store that still runs the call), no slot is left held by a token nobody knows.
 - `release(lease)` is idempotent and never raises for a lease that is already gone.
 - `snapshot()` is cheap enough for every request (no I/O on the request path); its
   figures may lag the truth by the store's refresh interval.
@@ -22,12 +25,32 @@ from typing import Protocol
 from router.latency import Counts, Figures, Histogram, Metric
 
 
+class StoreUnreachableAtStart(RuntimeError):
+    """The shared store could not be reached when the gateway started (fail closed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slots:
+    """What an acquire asks of a pool: `capacity` slots in all, `weight` of them for this
+    request (its `n`/`best_of` engine sequences), and a line of at most `max_waiters`."""
+
+    capacity: int
+    weight: int = 1
+    max_waiters: int = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """One admitted request's slot on a dedicated pool."""
+    """One admitted request's `weight` slots on a dedicated pool."""
 
     pool: str
     token: str
+    weight: int = 1
+
+
+def members(token: str, weight: int) -> list[str]:
+    """The slot members a lease of `weight` holds under `token` (the token itself first)."""
+    return [token, *(f"{token}#{i}" for i in range(2, weight + 1))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +78,7 @@ class StateStore(Protocol):
     degraded: bool  # True while shared state is unreachable and decisions are local
     fallback_admissions: int  # slots granted locally because the shared store was unreachable
 
-    async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None: ...
+    async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None: ...
 
     async def release(self, lease: Lease) -> None: ...
 

@@ -10,7 +10,7 @@ from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 
 from router.latency import CountBook, Counts, Histogram, LatencyBook, Metric, figures_by_route
-from router.state.base import Lease, Snapshot
+from router.state.base import Lease, Slots, Snapshot
 
 _REFRESH_S = 1.0
 _MAX_KEEP_S = 3600.0  # in-process history is bounded: an hour of slices at most
@@ -27,9 +27,10 @@ class MemoryStore:
     def __init__(
         self, routes: Sequence[str] = (), *, window_s: float = 60.0, retention_s: float = 3600.0
     ) -> None:
-        self._held: defaultdict[str, set[str]] = defaultdict(set)
+        self._held: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> weight
+        self._used: defaultdict[str, int] = defaultdict(int)  # pool -> slots held
         self._capacity: dict[str, int] = {}
-        self._queues: defaultdict[str, deque[asyncio.Future[Lease]]] = defaultdict(deque)
+        self._queues: defaultdict[str, deque[tuple[asyncio.Future[Lease], int]]] = defaultdict(deque)
         self._tokens = itertools.count()
         self._canary: dict[str, float] = {}
         self._circuits: dict[str, tuple[float, int]] = {}  # route -> (cooldown end, trips)
@@ -41,15 +42,16 @@ class MemoryStore:
         self._figures = Snapshot(now=0.0)
         self._task: asyncio.Task[None] | None = None
 
-    async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None:
-        self._capacity[pool] = capacity
+    async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None:
+        self._capacity[pool] = slots.capacity
         queue = self._queues[pool]
-        if len(self._held[pool]) < capacity and not queue:
-            return self._grant(pool)
-        if wait_s <= 0:
+        if self._used[pool] + slots.weight <= slots.capacity and not queue:
+            return self._grant(pool, slots.weight)
+        if wait_s <= 0 or len(queue) >= slots.max_waiters:
             return None
         waiter: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        queue.append(waiter)
+        entry = (waiter, slots.weight)
+        queue.append(entry)
         try:
             return await asyncio.wait_for(asyncio.shield(waiter), wait_s)
         except TimeoutError:
@@ -60,27 +62,29 @@ class MemoryStore:
             raise
         finally:
             with contextlib.suppress(ValueError):
-                queue.remove(waiter)
+                queue.remove(entry)
             waiter.cancel()
 
-    def _grant(self, pool: str) -> Lease:
+    def _grant(self, pool: str, weight: int) -> Lease:
         token = str(next(self._tokens))
-        self._held[pool].add(token)
-        return Lease(pool, token)
+        self._held[pool][token] = weight
+        self._used[pool] += weight
+        return Lease(pool, token, weight)
 
     async def release(self, lease: Lease) -> None:
         self._release(lease)
 
     def _release(self, lease: Lease) -> None:
-        held = self._held[lease.pool]
-        if lease.token not in held:
+        weight = self._held[lease.pool].pop(lease.token, None)
+        if weight is None:
             return
-        held.discard(lease.token)
+        self._used[lease.pool] -= weight
         queue = self._queues[lease.pool]
-        while queue and len(held) < self._capacity.get(lease.pool, 0):
-            waiter = queue.popleft()
+        capacity = self._capacity.get(lease.pool, 0)
+        while queue and self._used[lease.pool] + queue[0][1] <= capacity:  # FIFO: the head first
+            waiter, wanted = queue.popleft()
             if not waiter.done():
-                waiter.set_result(self._grant(lease.pool))
+                waiter.set_result(self._grant(lease.pool, wanted))
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         self._book.observe(route, metric, value_ms, time.time())
@@ -101,7 +105,7 @@ class MemoryStore:
     def snapshot(self) -> Snapshot:
         return Snapshot(
             now=time.monotonic(),
-            in_flight={pool: len(held) for pool, held in self._held.items()},
+            in_flight=dict(self._used),
             waiting={pool: len(queue) for pool, queue in self._queues.items()},
             canary_percent=dict(self._canary),
             circuit_open={route: until for route, (until, _) in self._circuits.items()},
@@ -153,3 +157,4 @@ class MemoryStore:
                 await self._task
             self._task = None
         self._held.clear()
+        self._used.clear()

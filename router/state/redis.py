@@ -6,9 +6,18 @@ if fewer than `capacity` remain and nobody waits ahead. A replica renews the lea
 every `ttl / 3`, so a replica killed with SIGKILL leaks its slots for at most `lease_ttl_s`.
 
 Waiting for a slot (`wait_s > 0`) is a line shared by every replica: `...:queue:{pool}` holds
-waiters by arrival time, `...:seen:{pool}` the time each last polled. A waiter polls every
-`_POLL_S` (and at once when this process releases a slot of the pool); one that has not
-polled for `_WAITER_STALE_MS` (its replica died) is dropped from the line by the next acquire.
+waiters by arrival time, `...:seen:{pool}` the time each last polled. A waiter polls with a
+jittered backoff from `_POLL_MIN_S` to `_POLL_MAX_S` (and at once when this process releases
+a slot of the pool); one that has not polled for `_WAITER_STALE_MS` (its replica died) is
+dropped from the line by the next acquire. A line of `max_waiters` is not joined.
+
+An acquire that fails on the client side (a timeout, a cancellation, a lost connection) may
+still run on the server, admitting a token nobody holds: every such path removes the token
+in the background, retrying until the lease TTL, so no ghost lease outlives the failure.
+
+Every script touches the keys of one pool or one route only (the `{pool}` / `{route}` hash
+tags), so the same store runs on a single Redis and on Redis Cluster (`state.redis_cluster`
+or a `redis+cluster://` URL).
 
 Latency samples are buffered in-process and merged into Redis in the background every
 `flush_s` (HINCRBY into `...:lat:{route}:{metric}:{slice}` hashes, see router/latency.py),
@@ -33,18 +42,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
 from router.latency import (
+    ROLLUPS_S,
+    SLICE_S,
     CountBook,
     Counts,
     Histogram,
@@ -52,17 +64,47 @@ from router.latency import (
     Metric,
     add_counts,
     figures_by_route,
+    resolution_for,
+    rolled_up,
+    rolled_up_counts,
     slices_in_window,
 )
-from router.state.base import Lease, Snapshot
+from router.state.base import Lease, Slots, Snapshot, StoreUnreachableAtStart, members
 from router.state.memory import MemoryStore
 from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, TRIP
 
 log = logging.getLogger("tidegate.state")
 
-_POLL_S = 0.01
+_POLL_MIN_S = 0.05  # a waiter's first poll; each next one 1.5x later, up to _POLL_MAX_S (jittered)
+_POLL_MAX_S = 0.25
 _LOCAL = "local:"  # token prefix of a slot granted while Redis was unreachable
-_WAITER_STALE_MS = 1000
+_WAITER_STALE_MS = 1000  # > _POLL_MAX_S x the largest jitter, with room for a slow round trip
+_FORGET_EVERY_S = 0.5
+_FINE_TTL_S = 2 * 3600  # 10 s slices serve windows up to an hour; the rollups keep the rest
+
+
+def _rollup(step_s: int) -> str:
+    return "" if step_s == SLICE_S else str(step_s)
+
+
+def redacted(url: str) -> str:
+    """`url` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def connect(url: str, *, cluster: bool) -> Redis | RedisCluster:
+    """A client for a single Redis or, with `cluster` (or a `redis+cluster://` URL), a cluster."""
+    options: dict[str, Any] = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0}
+    if "+cluster://" in url:
+        url, cluster = url.replace("+cluster://", "://", 1), True
+    if cluster:
+        return RedisCluster.from_url(url, **options)
+    return Redis.from_url(url, **options)
 
 
 class RedisStore:
@@ -81,8 +123,12 @@ class RedisStore:
         retention_s: float = 86400.0,
         fallback_share: float = 0.5,
         prefix: str = "tidegate",
+        cluster: bool = False,
+        start_degraded: bool = False,
     ) -> None:
-        self._redis: Redis = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self._url = redacted(url)
+        self._redis = connect(url, cluster=cluster)
+        self._start_degraded = start_degraded
         self._pools = sorted(set(pools))
         self._routes = sorted(set(routes))
         self._ttl_ms = int(lease_ttl_s * 1000)
@@ -93,10 +139,7 @@ class RedisStore:
         self._prefix = prefix
         self._canary_key = f"{prefix}:canary"
         self._acquire = self._redis.register_script(ACQUIRE)
-        self._renew = self._redis.register_script(RENEW)
-        self._count = self._redis.register_script(COUNT)
         self._trip = self._redis.register_script(TRIP)
-        self._circuits = self._redis.register_script(CIRCUITS)
         self._fallback_share = fallback_share
         self._local = MemoryStore()  # admission while Redis is unreachable
         self.degraded = False
@@ -119,67 +162,91 @@ class RedisStore:
     def breaker_key(self, route: str) -> str:
         return f"{self._prefix}:breaker:{route}"
 
-    def counts_key(self, route: str, start: int) -> str:
-        return f"{self._prefix}:cnt:{route}:{start}"
+    def counts_key(self, route: str, start: int, step_s: int = SLICE_S) -> str:
+        return f"{self._prefix}:cnt{_rollup(step_s)}:{route}:{start}"
 
-    def latency_key(self, route: str, metric: Metric, start: int) -> str:
-        return f"{self._prefix}:lat:{route}:{metric.value}:{start}"
+    def latency_key(self, route: str, metric: Metric, start: int, step_s: int = SLICE_S) -> str:
+        return f"{self._prefix}:lat{_rollup(step_s)}:{route}:{metric.value}:{start}"
 
-    async def try_acquire(self, pool: str, capacity: int, wait_s: float = 0.0) -> Lease | None:
+    async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None:
         if self.degraded:
-            return await self._acquire_locally(pool, capacity, wait_s)
+            return await self._acquire_locally(pool, slots, wait_s)
         token = uuid.uuid4().hex
         keys = self._line_keys(pool)
+        try:
+            admitted = await self._wait_in_line(pool, keys, slots, token, wait_s)
+        except RedisError as exc:
+            self._forget_later(keys, token, slots.weight)
+            self._degrade(exc)
+            return await self._acquire_locally(pool, slots, wait_s)
+        except BaseException:
+            self._forget_later(keys, token, slots.weight)
+            raise
+        if not admitted:
+            return None
+        self._held.setdefault(pool, set()).update(members(token, slots.weight))
+        return Lease(pool, token, slots.weight)
+
+    async def _wait_in_line(
+        self, pool: str, keys: list[str], slots: Slots, token: str, wait_s: float
+    ) -> bool:
+        """Acquire, polling with a jittered backoff while allowed to wait; True once admitted."""
         deadline = time.monotonic() + wait_s
         wait = "1" if wait_s > 0 else "0"
-        try:
-            while not await self._acquire(
-                keys=keys, args=[capacity, token, self._ttl_ms, wait, _WAITER_STALE_MS]
-            ):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    await self._leave_line(keys, token, wait_s)
-                    return None
-                await self._pause(pool, min(_POLL_S, remaining))
-        except RedisError as exc:
-            self._degrade(exc)
-            return await self._acquire_locally(pool, capacity, wait_s)
-        except asyncio.CancelledError:
-            self._forget_later(keys, token)
-            raise
-        self._held.setdefault(pool, set()).add(token)
-        return Lease(pool, token)
+        args: list[str | int] = [slots.capacity, token, self._ttl_ms, wait, _WAITER_STALE_MS]
+        args += [slots.weight, slots.max_waiters]
+        pause = _POLL_MIN_S
+        while True:
+            answer = int(await self._acquire(keys=keys, args=args))
+            if answer == 1:
+                return True
+            remaining = deadline - time.monotonic()
+            if answer < 0 or remaining <= 0:  # the line is full, or the wait is over
+                if wait_s > 0:
+                    await self._leave_line(keys, token)
+                return False
+            await self._pause(pool, min(pause * random.uniform(0.8, 1.2), remaining))
+            pause = min(pause * 1.5, _POLL_MAX_S)
 
-    async def _acquire_locally(self, pool: str, capacity: int, wait_s: float) -> Lease | None:
-        local_capacity = max(1, int(capacity * self._fallback_share))
-        lease = await self._local.try_acquire(pool, local_capacity, wait_s)
+    async def _acquire_locally(self, pool: str, slots: Slots, wait_s: float) -> Lease | None:
+        local = replace(slots, capacity=max(1, int(slots.capacity * self._fallback_share)))
+        lease = await self._local.try_acquire(pool, local, wait_s)
         if lease is None:
             return None
         self.fallback_admissions += 1
-        return Lease(pool, _LOCAL + lease.token)
+        return Lease(pool, _LOCAL + lease.token, lease.weight)
 
     def _degrade(self, exc: RedisError) -> None:
         if not self.degraded:
             log.warning("state store: Redis unreachable, deciding locally until it is back: %s", exc)
         self.degraded = True
 
-    async def _leave_line(self, keys: list[str], token: str, wait_s: float) -> None:
-        if wait_s > 0:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zrem(keys[1], token)
-                pipe.zrem(keys[2], token)
-                await pipe.execute()
+    async def _leave_line(self, keys: list[str], token: str) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(keys[1], token)
+            pipe.zrem(keys[2], token)
+            await pipe.execute()
 
-    def _forget_later(self, keys: list[str], token: str) -> None:
-        """A cancelled acquire may have been admitted or queued in Redis: remove the token
-        from the slots and the line in the background (the cancelled task cannot wait)."""
+    def _forget_later(self, keys: list[str], token: str, weight: int) -> None:
+        """An acquire that failed on our side may still run (or have run) on the server,
+        admitting or queueing `token`: remove it from the slots and the line in the
+        background, retrying until the lease would have expired anyway. Redis runs commands
+        in the order they arrive, so the removal lands after the acquire it undoes."""
 
         async def forget() -> None:
-            with contextlib.suppress(RedisError):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for key in keys:
-                        pipe.zrem(key, token)
-                    await pipe.execute()
+            give_up = time.monotonic() + self._ttl_ms / 1000
+            while True:
+                try:
+                    async with self._redis.pipeline(transaction=False) as pipe:
+                        pipe.zrem(keys[0], *members(token, weight))
+                        pipe.zrem(keys[1], token)
+                        pipe.zrem(keys[2], token)
+                        await pipe.execute()
+                    return
+                except RedisError:
+                    if time.monotonic() > give_up or self._stopping.is_set():
+                        return
+                    await asyncio.sleep(_FORGET_EVERY_S)
 
         task = asyncio.get_running_loop().create_task(forget())
         self._cleanups.add(task)
@@ -193,11 +260,12 @@ class RedisStore:
 
     async def release(self, lease: Lease) -> None:
         if lease.token.startswith(_LOCAL):
-            await self._local.release(Lease(lease.pool, lease.token.removeprefix(_LOCAL)))
+            await self._local.release(Lease(lease.pool, lease.token.removeprefix(_LOCAL), lease.weight))
             return
-        self._held.get(lease.pool, set()).discard(lease.token)
+        held = members(lease.token, lease.weight)
+        self._held.get(lease.pool, set()).difference_update(held)
         try:
-            await self._redis.zrem(self.key(lease.pool), lease.token)
+            await self._redis.zrem(self.key(lease.pool), *held)
         except RedisError as exc:
             log.warning("state store: release on %s failed, the lease will expire: %s", lease.pool, exc)
         released = self._released.pop(lease.pool, None)
@@ -260,25 +328,22 @@ class RedisStore:
             self.degraded = False
 
     async def _refresh(self) -> None:
+        """One pipeline; each script in it touches one pool's or one route's keys."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self._canary_key)
-            if self._pools:
-                keys = [k for p in self._pools for k in self._line_keys(p)[:2]]
-                await self._count(keys=keys, client=pipe)
-            if self._routes:
-                await self._circuits(keys=[self.breaker_key(r) for r in self._routes], client=pipe)
+            for pool in self._pools:
+                pipe.eval(COUNT, 2, *self._line_keys(pool)[:2])
+            for route in self._routes:
+                pipe.eval(CIRCUITS, 1, self.breaker_key(route))
             canary, *rest = await pipe.execute()
         now = time.monotonic()
-        in_flight, waiting = self._snapshot.in_flight, self._snapshot.waiting
-        if self._pools:
-            numbers = [int(n) for n in rest.pop(0)]
-            in_flight = dict(zip(self._pools, numbers[0::2], strict=True))
-            waiting = dict(zip(self._pools, numbers[1::2], strict=True))
+        pools, routes = rest[: len(self._pools)], rest[len(self._pools) :]
+        in_flight = {pool: int(n[0]) for pool, n in zip(self._pools, pools, strict=True)}
+        waiting = {pool: int(n[1]) for pool, n in zip(self._pools, pools, strict=True)}
         circuits: dict[str, float] = {}
-        if self._routes:
-            for route, left_ms in zip(self._routes, rest.pop(0), strict=True):
-                if left_ms is not None:
-                    circuits[route] = now + int(left_ms) / 1000
+        for route, (left_ms,) in zip(self._routes, routes, strict=True):
+            if left_ms is not None:
+                circuits[route] = now + int(left_ms) / 1000
         self._snapshot = replace(
             self._snapshot,
             in_flight=in_flight,
@@ -300,7 +365,7 @@ class RedisStore:
     ) -> dict[str, Histogram]:
         windows: dict[str, Histogram] = {}
         slices_by_route = await self._window_slices(
-            routes, window_s, lambda route, start: self.latency_key(route, metric, start)
+            routes, window_s, lambda route, start, step: self.latency_key(route, metric, start, step)
         )
         for route, slices in slices_by_route.items():
             merged = Histogram()
@@ -310,20 +375,22 @@ class RedisStore:
         return windows
 
     async def _window_slices(
-        self, routes: Sequence[str], window_s: float, key: Callable[[str, int], str]
+        self, routes: Sequence[str], window_s: float, key: Callable[[str, int, int], str]
     ) -> dict[str, list[dict[bytes, bytes]]]:
-        """Each route's slice hashes over the last `window_s` seconds (one round trip)."""
-        starts = slices_in_window(time.time(), window_s)
+        """Each route's slice hashes over the last `window_s` seconds (one round trip), at
+        the resolution that keeps them at most a few hundred per route."""
+        step = resolution_for(window_s)
+        starts = slices_in_window(time.time(), window_s, step)
         async with self._redis.pipeline(transaction=False) as pipe:
             for route in routes:
                 for start in starts:
-                    pipe.hgetall(key(route, start))
+                    pipe.hgetall(key(route, start, step))
             replies = await self._read(pipe)
         per_route = len(starts)
         return {route: replies[i * per_route : (i + 1) * per_route] for i, route in enumerate(routes)}
 
     @staticmethod
-    async def _read(pipe: Pipeline) -> list[Any]:
+    async def _read(pipe: Any) -> list[Any]:
         """Run a pipeline of reads; Redis being away is StoreUnavailable for the caller."""
         try:
             return list(await pipe.execute())
@@ -338,18 +405,20 @@ class RedisStore:
         if not slices and not counted:
             return
         async with self._redis.pipeline(transaction=False) as pipe:
-            for (route, metric, start), histogram in slices.items():
-                key = self.latency_key(route, metric, start)
-                for bucket, count in histogram.counts.items():
-                    pipe.hincrby(key, str(bucket), count)
-                pipe.hincrbyfloat(key, Histogram.SUM_FIELD, histogram.total)
-                pipe.hincrbyfloat(key, Histogram.SQUARES_FIELD, histogram.total_sq)
-                pipe.expire(key, self._retention_s)
-            for (route, start), counts in counted.items():
-                key = self.counts_key(route, start)
-                for name, value in counts.items():
-                    pipe.hincrbyfloat(key, name, value)
-                pipe.expire(key, self._retention_s)
+            for step in ROLLUPS_S:
+                ttl = self._retention_s if step > SLICE_S else min(self._retention_s, _FINE_TTL_S)
+                for (route, metric, start), histogram in rolled_up(slices, step).items():
+                    key = self.latency_key(route, metric, start, step)
+                    for bucket, count in histogram.counts.items():
+                        pipe.hincrby(key, str(bucket), count)
+                    pipe.hincrbyfloat(key, Histogram.SUM_FIELD, histogram.total)
+                    pipe.hincrbyfloat(key, Histogram.SQUARES_FIELD, histogram.total_sq)
+                    pipe.expire(key, ttl)
+                for (route, start), counts in rolled_up_counts(counted, step).items():
+                    key = self.counts_key(route, start, step)
+                    for name, value in counts.items():
+                        pipe.hincrbyfloat(key, name, value)
+                    pipe.expire(key, ttl)
             try:
                 await pipe.execute()
             except RedisError:
@@ -370,7 +439,7 @@ class RedisStore:
         async with self._redis.pipeline(transaction=False) as pipe:
             for pool, tokens in self._held.items():
                 if tokens:
-                    await self._renew(keys=[self.key(pool)], args=[self._ttl_ms, *tokens], client=pipe)
+                    pipe.eval(RENEW, 1, self.key(pool), self._ttl_ms, *tokens)
             await pipe.execute()
 
     async def ping(self) -> bool:
@@ -396,9 +465,25 @@ class RedisStore:
         await self._redis.aclose()
 
     async def start(self) -> None:
-        """Start refresh, renewal and flushing; call once, inside the event loop."""
+        """Check Redis, then start refresh, renewal and flushing; call once, inside the event
+        loop. Unreachable (or refusing our password) at start is StoreUnreachableAtStart,
+        unless `start_degraded` was set: then the store starts deciding locally, loudly."""
         if self._tasks:
             return
+        try:
+            await self.refresh()
+        except RedisError as exc:
+            if not self._start_degraded:
+                raise StoreUnreachableAtStart(
+                    f"state.redis_url: cannot use Redis at {self._url} ({type(exc).__name__}: {exc}); "
+                    "fix it, or set state.start_degraded: true to start with per-process slots"
+                ) from exc
+            log.error(
+                "state store: Redis at %s unreachable at start; state.start_degraded is set, so this "
+                "process decides locally (fallback_share of each pool) until Redis answers: %s",
+                self._url,
+                exc,
+            )
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self._refresh_s, self.refresh)),

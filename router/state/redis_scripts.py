@@ -11,7 +11,8 @@ local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 """
 
 # KEYS: slots, queue, seen. ARGV: capacity, token, ttl_ms, wait (1: join or stay in line),
-# stale_ms. Returns 1 when admitted.
+# stale_ms, weight (slots this request takes: members TOKEN, TOKEN#2 ...), max_waiters.
+# Returns 1 when admitted, 0 when not (in line if asked), -1 when the line is full.
 ACQUIRE = (
     NOW_MS
     + """
@@ -22,10 +23,15 @@ for i = 1, #stale do
   redis.call('ZREM', KEYS[3], stale[i])
 end
 local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
+local weight = tonumber(ARGV[6])
 local rank = redis.call('ZRANK', KEYS[2], ARGV[2])
 local ahead = rank or redis.call('ZCARD', KEYS[2])
-if free > ahead then
-  redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[3]), ARGV[2])
+if free - ahead >= weight then
+  local expires = now_ms + tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[1], expires, ARGV[2])
+  for i = 2, weight do
+    redis.call('ZADD', KEYS[1], expires, ARGV[2] .. '#' .. i)
+  end
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
   if rank then
     redis.call('ZREM', KEYS[2], ARGV[2])
@@ -35,6 +41,9 @@ if free > ahead then
 end
 if ARGV[4] == '1' then
   if not rank then
+    if ahead >= tonumber(ARGV[7]) then
+      return -1
+    end
     redis.call('ZADD', KEYS[2], now_ms, ARGV[2])
   end
   redis.call('ZADD', KEYS[3], now_ms, ARGV[2])
@@ -56,7 +65,7 @@ return 1
 """
 )
 
-# KEYS: slots and queue of each pool, alternating. Returns live leases and waiters, alternating.
+# KEYS: one pool's slots and queue. Returns its live slots and waiters.
 COUNT = (
     NOW_MS
     + """
@@ -83,7 +92,7 @@ return math.floor(ends - now_ms)
 """
 )
 
-# KEYS: breaker hashes. Returns ms left of each cooldown (<= 0: over; nil: closed).
+# KEYS: one breaker hash. Returns {ms left of its cooldown} (<= 0: over; nil: closed).
 CIRCUITS = (
     NOW_MS
     + """
