@@ -150,6 +150,12 @@ def free_port_iter() -> Iterator[int]:
         yield port
 
 
+def _redis_major() -> int:
+    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"v=(\d+)", version)
+    return int(found.group(1)) if found else 0
+
+
 class RedisServer:
     """A real `redis-server` on a free loopback port, no persistence; ended by its PID."""
 
@@ -172,6 +178,7 @@ class RedisServer:
                 "no",
                 "--protected-mode",
                 "no",
+                *(["--enable-debug-command", "local"] if _redis_major() >= 7 else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

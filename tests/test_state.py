@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
 from router.latency import Metric
-from router.state.base import Slots, StateStore
+from router.state.base import Slots, StateStore, StoreUnreachableAtStart
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
 
@@ -256,3 +257,112 @@ async def test_redis_drops_a_waiter_whose_replica_stopped_polling(redis_url):
     finally:
         await dead.close()
         await alive.close()
+
+
+async def test_a_lease_of_weight_n_holds_n_slots_and_gives_them_all_back(store):
+    big = await store.try_acquire("p", Slots(4, weight=3))
+    assert big is not None and big.weight == 3
+    assert await store.try_acquire("p", Slots(4, weight=2)) is None
+    small = await store.try_acquire("p", Slots(4))
+    assert small is not None
+    await store.release(big)
+    assert await store.try_acquire("p", Slots(4, weight=3)) is not None
+
+
+async def test_a_full_line_is_not_joined(store):
+    holder = await store.try_acquire("p", Slots(1, max_waiters=2))
+    waiters = [
+        asyncio.create_task(store.try_acquire("p", Slots(1, max_waiters=2), wait_s=10.0)) for _ in range(2)
+    ]
+    await wait_for_line(store, "p", 2)
+    assert await store.try_acquire("p", Slots(1, max_waiters=2), wait_s=10.0) is None  # at once: line full
+    assert not any(w.done() for w in waiters)
+    await store.release(holder)
+    first = await asyncio.wait_for(waiters[0], 5)
+    assert first is not None
+    await store.release(first)
+    second = await asyncio.wait_for(waiters[1], 5)
+    assert second is not None
+
+
+async def wait_for_line(store: StateStore, pool: str, length: int) -> None:
+    """Until `length` requests wait in line for `pool` (read from the store itself)."""
+    async with asyncio.timeout(5):
+        while True:
+            if isinstance(store, RedisStore):
+                await store.refresh()
+            if store.snapshot().waiting.get(pool, 0) >= length:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_redis_leaves_no_ghost_lease_after_an_acquire_that_timed_out_on_our_side(
+    redis_server, redis_url
+):
+    """Redis stalls past the client's socket timeout; the acquire still runs on the server
+    when the stall ends, admitting a token nobody holds. It must be removed, long before
+    the lease TTL, and the pool must be whole again."""
+    store = RedisStore(redis_url, ["p"], lease_ttl_s=30.0, refresh_s=0.05)
+    await store.start()
+    stall = redis.Redis(port=redis_server.port, socket_timeout=10)
+    sleeper = asyncio.get_running_loop().run_in_executor(None, stall.execute_command, "DEBUG", "SLEEP", "2.5")
+    try:
+        await asyncio.sleep(0.2)  # not synchronisation: lets the DEBUG SLEEP reach Redis first
+        lease = await store.try_acquire("p", Slots(1))
+        assert store.degraded  # the acquire timed out on our side: decided locally
+        assert lease is not None
+        await store.release(lease)
+        await sleeper
+        checker = redis.Redis(port=redis_server.port)
+        deadline = asyncio.get_running_loop().time() + 10
+        while checker.zcard(store.key("p")) != 0:
+            assert asyncio.get_running_loop().time() < deadline, "a ghost lease is still held"
+            await asyncio.sleep(0.05)
+        for _ in range(200):  # the background refresh ends the degraded state by itself
+            if not store.degraded:
+                break
+            await asyncio.sleep(0.05)
+        assert not store.degraded
+        again = await store.try_acquire("p", Slots(1))
+        assert again is not None and not again.token.startswith("local:")
+    finally:
+        await store.close()
+
+
+async def test_redis_waiters_poll_with_backoff_not_every_10_ms(redis_server, redis_url):
+    holder_store = RedisStore(redis_url, ["p"])
+    waiting_store = RedisStore(redis_url, ["p"])
+    counter = redis.Redis(port=redis_server.port)
+    holder = await holder_store.try_acquire("p", Slots(1))
+    assert holder is not None
+    before = _evalsha_calls(counter)
+    results = await asyncio.gather(
+        *(waiting_store.try_acquire("p", Slots(1, max_waiters=64), wait_s=1.0) for _ in range(20))
+    )
+    calls = _evalsha_calls(counter) - before
+    await holder_store.close()
+    await waiting_store.close()
+    assert results == [None] * 20
+    # 20 waiters for 1 s at >= 50 ms between polls: at most 20 x (1 + 1 / 0.04) acquires
+    assert calls <= 20 * 26, calls
+
+
+def _evalsha_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_redis_refuses_to_start_unreachable_unless_told_to_start_degraded():
+    closed = "redis://:secret@127.0.0.1:1/0"
+    store = RedisStore(closed, ["p"])
+    with pytest.raises(StoreUnreachableAtStart) as caught:
+        await store.start()
+    await store.close()
+    assert "state.redis_url" in str(caught.value) and "secret" not in str(caught.value)
+    degraded = RedisStore(closed, ["p"], start_degraded=True)
+    await degraded.start()
+    try:
+        assert degraded.degraded
+        assert await degraded.try_acquire("p", Slots(2)) is not None
+    finally:
+        await degraded.close()
