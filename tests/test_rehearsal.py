@@ -26,8 +26,8 @@ def test_three_replicas_behave_as_one_gateway(tmp_path: Path, redis_url):
     with Sim(dedicated) as ded, Sim(serverless_profile()) as sl:
         config = tmp_path / "tidegate.yaml"
         config.write_text(
-            f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm}}\n"
-            "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
+            f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm, allow_anonymous: true}}\n"
+            "models:\n  m:\n"
             f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
             f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
         )

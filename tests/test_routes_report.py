@@ -94,8 +94,8 @@ def test_two_replicas_report_the_combined_figures(tmp_path: Path, redis_url):
     with Sim(serverless_profile(ttft=SERVERLESS_PRESETS["kimi-b"], time_scale=2.0, seed=5)) as sl:
         config = tmp_path / "t.yaml"
         config.write_text(
-            f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm}}\n"
-            f"auth: {{allow_anonymous: true}}\nmodels:\n  m:\n    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+            f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm, allow_anonymous: true}}\n"
+            f"models:\n  m:\n    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
         )
         with (
             CliProcess("serve", "--config", str(config), "--port", "0") as a,
@@ -139,8 +139,8 @@ def test_dedicated_routes_report_utilization_and_queue(tmp_path: Path, redis_url
     ):
         config = tmp_path / "t.yaml"
         config.write_text(
-            f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm}}\n"
-            "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
+            f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm, allow_anonymous: true}}\n"
+            "models:\n  m:\n"
             f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 2}}]\n"
             f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
         )
