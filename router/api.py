@@ -23,7 +23,6 @@ from router.config import GatewayConfig, LimitsConfig
 from router.disconnect import unless_client_leaves
 from router.dispatch import Dispatcher, Reply
 from router.errors import InvalidRequest, PayloadTooLarge, RequestBodyTimeout
-from router.relay import until_deadline
 from router.state.base import StateStore
 
 PROXIED_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses")
@@ -56,7 +55,7 @@ class _CleanupAfterSend(Response):
     async def _send_bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A client that stops reading holds a slot only for `client_write_timeout_s` per
         write: then the response is cut (the connection closed) and the stream's result says
-        why. (A stream's own deadline ends it cleanly: see `relay.until_deadline`.)"""
+        why. (The request's deadline ends a stream cleanly: see `Upstream.chunks`.)"""
         write_timeout = self._write_timeout_s
 
         async def bounded_send(message: Message) -> None:
@@ -76,10 +75,9 @@ class _CleanupAfterSend(Response):
 
 class RelayResponse(_CleanupAfterSend, StreamingResponse):
     def __init__(self, reply: Reply, write_timeout_s: float) -> None:
-        assert reply.stream is not None and reply.result is not None
-        events = until_deadline(reply.stream, reply.deadline, reply.result)
+        assert reply.stream is not None
         super().__init__(
-            events, status_code=reply.status, headers=reply.headers, media_type="text/event-stream"
+            reply.stream, status_code=reply.status, headers=reply.headers, media_type="text/event-stream"
         )
         self._reply = reply
         self._write_timeout_s = write_timeout_s

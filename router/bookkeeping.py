@@ -63,7 +63,7 @@ class Books:
         if itl and output and result.output_events > 1:  # tokens over the span of the output events
             rate = round(output / (itl * (result.output_events - 1) / 1000.0), 2)
         measures = Measures(ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate)
-        if result.error is not None or result.cut == "request_timeout":
+        if result.error is not None:
             outcome = RetryOutcome.FAILED_MID_STREAM
         elif error is not None:
             outcome = RetryOutcome.CLIENT_GONE

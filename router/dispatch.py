@@ -26,6 +26,7 @@ from router.breaker import Breakers
 from router.budget import RetryBudget
 from router.config import BreakerConfig, DedicatedEndpoint, Endpoint, GatewayConfig
 from router.errors import (
+    REQUEST_TIMEOUT_MESSAGE,
     GatewayError,
     ModelNotFound,
     NoCapacity,
@@ -56,15 +57,14 @@ log = logging.getLogger("tidegate")
 @dataclass(slots=True)
 class Reply:
     """A finished answer for the HTTP layer: a body, or a stream plus its cleanup. The HTTP
-    layer sends it by `deadline` (event-loop time) and runs `on_close` however sending ends;
-    `result` (streams) is where it says why it cut the stream, if it did."""
+    layer runs `on_close` however sending ends; `result` (streams) is where it says why it
+    cut the stream, if it did."""
 
     status: int
     headers: dict[str, str]
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
     on_close: Callable[[], Awaitable[None]] | None = None
-    deadline: float | None = None
     result: StreamResult | None = None
 
 
@@ -127,16 +127,15 @@ class Dispatcher:
         self._body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
         job.span = self._telemetry.start_request(path, request.model, headers)
         self._budgets[request.model].request()
-        deadline = asyncio.get_running_loop().time() + limits.request_timeout_s - ms_since(received_at) / 1e3
+        remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
+        job.deadline = asyncio.get_running_loop().time() + remaining_s
         try:
-            async with asyncio.timeout_at(deadline):
-                reply = await self._attempts(job)
+            async with asyncio.timeout_at(job.deadline):  # a stream's relay keeps to it too
+                return await self._attempts(job)
         except UpstreamFailure as exc:
             return self._failed(job, exc)
         except TimeoutError:
-            limit = limits.request_timeout_s
-            message = f"the request did not complete within limits.request_timeout_s ({limit:g}s)"
-            return self._failed(job, RequestTimeout(message))
+            return self._failed(job, RequestTimeout(REQUEST_TIMEOUT_MESSAGE))
         except asyncio.CancelledError:  # the client left (or the server stops) before an answer
             self._books.record(
                 job, job.last_target, 499, Measures(error="client_gone"), RetryOutcome.CLIENT_GONE
@@ -145,8 +144,6 @@ class Dispatcher:
         except Exception as exc:  # a bug of ours: logged and recorded, never a lost request
             log.exception("internal error while dispatching %s for %s", path, request.model)
             return self._failed(job, GatewayError("The gateway hit an internal error.", detail=repr(exc)))
-        reply.deadline = deadline
-        return reply
 
     def _body_for(self, job: Job, target: Endpoint) -> bytes:
         """The upstream body for `target`, encoded once per upstream model id."""
@@ -287,7 +284,7 @@ class Dispatcher:
     ) -> Reply:
         """Wait for the upstream's first event before answering the client: until then a
         stall or a failure can still be retried elsewhere."""
-        chunks = self._upstream.chunks(response, target)
+        chunks = self._upstream.chunks(response, target, job.deadline)
         try:
             first = await self._upstream.first_chunk(chunks, target)
         except UpstreamFailure:
@@ -305,7 +302,7 @@ class Dispatcher:
         async def close() -> None:
             await response.aclose()
             await self._release(lease)
-            if result.error is not None:  # the upstream failed mid-stream
+            if isinstance(result.error, UpstreamFailure):  # the upstream failed mid-stream
                 self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
             self._books.stream_done(job, target, response.status_code, result)
 

@@ -111,6 +111,9 @@ class RequestTimeout(GatewayError):
     code = "request_timeout"
 
 
+REQUEST_TIMEOUT_MESSAGE = "the request did not complete within limits.request_timeout_s"
+
+
 class StoreUnavailable(GatewayError):
     status = 503
     code = "state_store_unavailable"

@@ -41,6 +41,7 @@ class Job:
     attempt_started: float = 0.0  # the current attempt's request was sent after this
     queue_ms: float = 0.0  # time spent waiting in line for a dedicated slot
     client_ip: str | None = None
+    deadline: float = float("inf")  # event-loop time by which the whole request ends
     bodies: dict[str, bytes] = field(default_factory=dict)  # upstream model id -> encoded body
 
 

@@ -8,7 +8,6 @@ dropped again when the gateway asked for it and the client did not.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -17,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from router.errors import GatewayError, RequestTimeout, UpstreamBadResponse, UpstreamUnreachable, error_body
+from router.errors import GatewayError, UpstreamBadResponse, UpstreamUnreachable, error_body
 
 log = logging.getLogger("tidegate")
 _EVENT_END = b"\n\n"
@@ -41,7 +40,7 @@ class StreamResult:
     completed: bool = False  # the upstream sent [DONE] or closed cleanly after output
     error: GatewayError | None = None
     usage: Usage | None = None
-    cut: str | None = None  # the HTTP layer cut the answer: client_write_timeout | request_timeout
+    cut: str | None = None  # the HTTP layer cut the answer: client_write_timeout
 
 
 class SseRelay:
@@ -159,27 +158,6 @@ async def relay_stream(
         log.exception("stream relay failed")
         result.error = GatewayError("the gateway hit an internal error", detail=repr(exc))
         yield error_event(result.error)
-
-
-async def until_deadline(
-    events: AsyncIterator[bytes], deadline: float | None, result: StreamResult
-) -> AsyncIterator[bytes]:
-    """`events` until `deadline` (event-loop time); then one error event ends the stream
-    cleanly (the client reads why) and `result.cut` says `request_timeout`."""
-    try:
-        while True:
-            async with asyncio.timeout_at(deadline):
-                event = await anext(events, None)
-            if event is None:
-                return
-            yield event
-    except TimeoutError:
-        result.cut = "request_timeout"
-        yield error_event(RequestTimeout("the request did not complete within limits.request_timeout_s"))
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def error_event(exc: GatewayError) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 import aiohttp
@@ -19,6 +18,8 @@ from httpx_aiohttp import AiohttpTransport
 
 from router.config import Endpoint
 from router.errors import (
+    REQUEST_TIMEOUT_MESSAGE,
+    RequestTimeout,
     UpstreamBadResponse,
     UpstreamFailure,
     UpstreamMisconfigured,
@@ -128,15 +129,32 @@ class Upstream:
             raise await _status_failure(response, endpoint)
         return response
 
-    async def chunks(self, response: httpx.Response, endpoint: Endpoint) -> AsyncIterator[bytes]:
+    async def chunks(
+        self, response: httpx.Response, endpoint: Endpoint, request_deadline: float
+    ) -> AsyncIterator[bytes]:
         """The response body as it arrives; transport failures become UpstreamFailure. The
-        idle gap is bounded by the read timeout, the whole stream by `total_s`."""
-        deadline = time.monotonic() + endpoint.timeouts.total_s
+        idle gap is bounded by the read timeout; the whole stream ends by the endpoint's
+        `total_s` (UpstreamTimeout) or the request's deadline (event-loop time;
+        RequestTimeout), whichever comes first."""
+        total_s = endpoint.timeouts.total_s
+        ends = asyncio.get_running_loop().time() + total_s
+        request_bound = request_deadline < ends
+        raw = response.aiter_raw()
         try:
-            async for chunk in response.aiter_raw():
+            while True:
+                timer = asyncio.timeout_at(min(ends, request_deadline))
+                try:
+                    async with timer:
+                        chunk = await anext(raw, None)
+                except TimeoutError:
+                    if not timer.expired():
+                        raise  # the transport's own timeout: translated below
+                    if request_bound:
+                        raise RequestTimeout(REQUEST_TIMEOUT_MESSAGE) from None
+                    raise UpstreamTimeout(f"{endpoint.name}: stream exceeded {total_s:g}s") from None
+                if chunk is None:
+                    return
                 yield chunk
-                if time.monotonic() > deadline:
-                    raise UpstreamTimeout(f"{endpoint.name}: stream exceeded {endpoint.timeouts.total_s:g}s")
         except _TRANSPORT_ERRORS as exc:
             raise translate(exc, endpoint) from exc
 

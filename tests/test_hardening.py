@@ -454,6 +454,7 @@ def test_the_request_deadline_ends_a_long_stream_and_gives_the_slot_back():
         settle(app, 1)
     assert reply.status_code == 200
     assert b"[DONE]" not in reply.content
+    assert b"event: error" in reply.content and b'"code":"request_timeout"' in reply.content
     assert app.state.recorder.outcomes["failed_mid_stream"] == 1
 
 
