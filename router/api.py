@@ -22,7 +22,7 @@ from router.auth import ApiKeys
 from router.config import GatewayConfig, LimitsConfig
 from router.disconnect import unless_client_leaves
 from router.dispatch import Dispatcher, Reply
-from router.errors import InvalidRequest, PayloadTooLarge, RequestBodyTimeout
+from router.errors import ClientTooSlow, InvalidRequest, PayloadTooLarge
 from router.state.base import StateStore
 
 PROXIED_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses")
@@ -131,7 +131,7 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         async with asyncio.timeout(timeout_s):
             return await _read_body(request, limit)
     except TimeoutError:
-        raise RequestBodyTimeout(
+        raise ClientTooSlow(
             f"the request body did not arrive within limits.body_timeout_s ({timeout_s:g}s)"
         ) from None
 

@@ -67,24 +67,9 @@ def store_for(config: GatewayConfig) -> StateStore:
         window_s=state.window_s,
         retention_s=state.retention_s,
         fallback_share=state.fallback_share,
-        cluster=state.cluster,
+        cluster=state.redis_cluster,
         start_degraded=state.start_degraded,
     )
-
-
-async def unreachable_store(config: GatewayConfig) -> str | None:
-    """Why the configured shared store cannot be used now (None: it can, or there is none,
-    or `state.start_degraded` allows starting without it): a check before serving."""
-    if not config.state.redis_url or config.state.start_degraded:
-        return None
-    store = store_for(config)
-    try:
-        await store.start()
-    except StoreUnreachableAtStart as exc:
-        return str(exc)
-    finally:
-        await store.close()
-    return None
 
 
 def create_app(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import sys
@@ -16,7 +15,7 @@ from rich.console import Console, Group
 from rich.live import Live
 
 from router.admin_client import AdminCallFailed, call_admin
-from router.app import build_policies, create_app, unreachable_store
+from router.app import build_policies, create_app
 from router.config import ConfigError, load_config, parse_config
 from router.serving import Served, bind, configure_logging, run, run_workers, startup_failed
 from router.sim.app import create_sim_app
@@ -247,10 +246,6 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
-        return 2
-    unreachable = asyncio.run(unreachable_store(config))
-    if unreachable:
-        print(f"tidegate: cannot start: {unreachable}", file=sys.stderr)
         return 2
     if args.workers < 1 or (args.workers > 1 and not config.state.redis_url):
         print(

@@ -57,10 +57,6 @@ class StateConfig(_Frozen):
     start_degraded: bool = False
     redis_cluster: bool = False  # redis_url points at a Redis Cluster (also: a redis+cluster:// URL)
 
-    @property
-    def cluster(self) -> bool:
-        return self.redis_cluster or self.redis_url.startswith(("redis+cluster://", "rediss+cluster://"))
-
 
 class AuthConfig(_Frozen):
     """Client keys that all resolve empty refuse to start, unless `allow_anonymous` says to

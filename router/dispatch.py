@@ -177,10 +177,11 @@ class Dispatcher:
             return False
         if self._fails_over(job, exc):
             return True
-        if exc.retry_same and self._budgets[job.request.model].try_retry():
+        if not exc.retry_same:
+            return False
+        if self._budgets[job.request.model].try_retry():
             return True
-        if exc.retry_same:
-            job.budget_denied = True
+        job.budget_denied = True
         return False
 
     async def _attempt(self, job: Job) -> Reply:

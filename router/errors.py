@@ -7,9 +7,10 @@
     │   ├── ModelNotFound             404 model_not_found
     │   ├── RouteNotFound             404 unknown_url
     │   ├── MethodNotAllowed          405
-    │   ├── RequestBodyTimeout        408 (the body did not arrive within limits.body_timeout_s)
-    │   └── PayloadTooLarge           413
-    ├── Overloaded                    503 server_overloaded (limits.max_in_flight reached)
+    │   ├── ClientTooSlow             408 (headers or body later than limits.*_timeout_s)
+    │   ├── PayloadTooLarge           413
+    │   └── HeadersTooLarge           431 (limits.max_header_bytes)
+    ├── Overloaded                    503 server_overloaded (limits.max_in_flight / max_connections)
     ├── RequestTimeout                504 request_timeout (limits.request_timeout_s passed)
     ├── StoreUnavailable              503 (an admin write could not reach the shared state store)
     └── UpstreamFailure               the request could not be served by an upstream
@@ -87,7 +88,7 @@ class MethodNotAllowed(ClientError):
     code = "method_not_allowed"
 
 
-class RequestBodyTimeout(ClientError):
+class ClientTooSlow(ClientError):
     status = 408
     code = "request_timeout"
 
@@ -95,6 +96,11 @@ class RequestBodyTimeout(ClientError):
 class PayloadTooLarge(ClientError):
     status = 413
     code = "request_too_large"
+
+
+class HeadersTooLarge(ClientError):
+    status = 431
+    code = "headers_too_large"
 
 
 class Overloaded(GatewayError):

@@ -210,12 +210,16 @@ def rolled_up_counts(slices: Mapping[tuple[str, int], Counts], step_s: int) -> d
     return out
 
 
+def window_start(wall_s: float, window_s: float) -> int:
+    """Where the window (wall_s - window_s, wall_s] starts once rounded out to whole slices of
+    its resolution (`resolution_for`): the same span for every store and for the report."""
+    return slice_of(wall_s - window_s + 1e-9, resolution_for(window_s))
+
+
 def slices_in_window(wall_s: float, window_s: float, step_s: int = SLICE_S) -> range:
-    """Slice starts overlapping (wall_s - window_s, wall_s]: the window is rounded out to
-    whole slices, so it holds between window_s and window_s + step_s of samples."""
-    last = slice_of(wall_s, step_s)
-    first = slice_of(wall_s - window_s + 1e-9, step_s)
-    return range(first, last + 1, step_s)
+    """Starts of the `step_s`-long slices (step_s <= the window's resolution) that cover the
+    window from `window_start`: it holds between window_s and window_s + its resolution."""
+    return range(window_start(wall_s, window_s), slice_of(wall_s, step_s) + 1, step_s)
 
 
 def figures_by_route(

@@ -5,6 +5,7 @@ may take to send its headers (a uvicorn protocol). The values come from `limits.
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 from typing import Any
 
 import httptools
@@ -12,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from router.config import LimitsConfig
-from router.errors import GatewayError, Overloaded, error_body
+from router.errors import ClientTooSlow, GatewayError, HeadersTooLarge, Overloaded
 
 
 class InFlightLimit:
@@ -41,20 +42,26 @@ class InFlightLimit:
             self._in_flight -= 1
 
 
-async def _send_error(send: Send, error: GatewayError) -> None:
+def _error_headers(error: GatewayError) -> list[tuple[bytes, bytes]]:
     headers = [(b"content-type", b"application/json")]
     if error.retry_after_s is not None:
         headers.append((b"retry-after", f"{error.retry_after_s:g}".encode()))
+    return headers
+
+
+async def _send_error(send: Send, error: GatewayError) -> None:
+    headers = _error_headers(error)
     await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": error.body()})
 
 
-def _raw_error(status: int, reason: bytes, message: str, code: str) -> bytes:
-    body = error_body(message, "invalid_request_error" if status < 500 else "api_error", None, code)
-    return (
-        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n" % (status, reason, len(body))
-    ) + body
+def _raw_error(error: GatewayError) -> bytes:
+    """`error` as a whole HTTP/1.1 response that closes the connection (below ASGI)."""
+    body = error.body()
+    head = [b"HTTP/1.1 %d %s" % (error.status_code, HTTPStatus(error.status_code).phrase.encode())]
+    head += [name + b": " + value for name, value in _error_headers(error)]
+    head += [b"content-length: %d" % len(body), b"connection: close"]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
 class _HeadRefused(httptools.HttpParserError):
@@ -89,7 +96,7 @@ class _Guarded(HttpToolsProtocol):
             message = (
                 f"the gateway has {self.limits.max_connections} connections open (limits.max_connections)"
             )
-            self._refuse(_raw_error(503, b"Service Unavailable", message, "server_overloaded"))
+            self._refuse(_raw_error(Overloaded(message)))
             return
         self._arm_head_timer()
 
@@ -102,7 +109,7 @@ class _Guarded(HttpToolsProtocol):
 
     def _refuse_head(self) -> None:
         message = f"request headers exceed limits.max_header_bytes ({self.limits.max_header_bytes})"
-        self._refuse(_raw_error(431, b"Request Header Fields Too Large", message, "headers_too_large"))
+        self._refuse(_raw_error(HeadersTooLarge(message)))
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -149,7 +156,7 @@ class _Guarded(HttpToolsProtocol):
         if self._in_head and self._head_bytes > 0:
             limit = self.limits.header_timeout_s
             message = f"request headers did not arrive within limits.header_timeout_s ({limit:g}s)"
-            self._refuse(_raw_error(408, b"Request Timeout", message, "request_timeout"))
+            self._refuse(_raw_error(ClientTooSlow(message)))
         elif self._in_head:  # an idle connection that never sent a request: just close it
             self.transport.close()
 

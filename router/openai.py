@@ -60,27 +60,28 @@ def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> Reque
         stream=bool(stream),
         user=user if isinstance(user, str) else None,
         wants_usage=wants_usage,
-        sequences=max(_count(payload, "n", max_n), _count(payload, "best_of", max_n)),
+        # `n` / `best_of`: one engine sequence each, so one request may hold several slots
+        sequences=max(
+            _bounded(payload, "n", max_n, "limits.max_n") or 1,
+            _bounded(payload, "best_of", max_n, "limits.max_n") or 1,
+        ),
     )
-
-
-def _count(payload: dict[str, Any], name: str, ceiling: int) -> int:
-    """`n` or `best_of`: one engine sequence each, so one request may hold several slots."""
-    value = payload.get(name)
-    if value is None:
-        return 1
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
-        raise InvalidRequest(f"'{name}' must be an integer from 1 to {ceiling} (limits.max_n)", param=name)
-    return value
 
 
 def _check_token_limits(payload: dict[str, Any], ceiling: int) -> None:
     for name in _TOKEN_LIMITS:
-        value = payload.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
-            raise InvalidRequest(f"'{name}' must be an integer from 1 to {ceiling}", param=name)
+        _bounded(payload, name, ceiling)
+
+
+def _bounded(payload: dict[str, Any], name: str, ceiling: int, limit: str = "") -> int | None:
+    """`payload[name]` if absent (None) or an integer from 1 to `ceiling`; else 400."""
+    value = payload.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
+        named = f" ({limit})" if limit else ""
+        raise InvalidRequest(f"'{name}' must be an integer from 1 to {ceiling}{named}", param=name)
+    return value
 
 
 def upstream_body(request: RequestPeek, upstream_model: str, *, ask_usage: bool) -> bytes:

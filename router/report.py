@@ -14,7 +14,6 @@ from typing import Any
 
 from router.config import DedicatedEndpoint, GatewayConfig
 from router.latency import (
-    SLICE_S,
     Counts,
     Figures,
     Histogram,
@@ -22,7 +21,7 @@ from router.latency import (
     add_counts,
     resolution_for,
     route_key,
-    slice_of,
+    window_start,
 )
 from router.state.base import Snapshot, StateStore
 
@@ -75,10 +74,9 @@ def _prefixed(counts: Counts, prefix: str) -> dict[str, int]:
     return {k.removeprefix(prefix): int(v) for k, v in sorted(counts.items()) if k.startswith(prefix)}
 
 
-def _spanned_s(window_s: float, wall: float, step_s: int) -> float:
+def _spanned_s(window_s: float, wall: float) -> float:
     """Seconds the window's whole slices cover up to now (the denominator of utilization)."""
-    first = slice_of(wall - window_s + 1e-9, step_s)
-    return max(wall - first, 1e-9)
+    return max(wall - window_start(wall, window_s), 1e-9)
 
 
 async def routes_report(
@@ -89,8 +87,7 @@ async def routes_report(
     unrouted = [route_key(m, UNROUTED) for m in config.models]
     histograms = {metric: await store.latency_window(routes, metric, window_s) for metric in Metric}
     counts = await store.counts_window([*routes, *unrouted], window_s)
-    step = resolution_for(window_s) if store.name == "redis" else SLICE_S
-    spanned = _spanned_s(window_s, time.time(), step)
+    spanned = _spanned_s(window_s, time.time())
     models: dict[str, Any] = {}
     for name, model in config.models.items():
         per_route: dict[str, Any] = {}
@@ -121,7 +118,12 @@ async def routes_report(
         per_route_counts = [counts.get(route_key(name, e.name), {}) for e in model.endpoints]
         per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))
         models[name] = _model_totals(per_route_counts) | {"routes": per_route}
-    return {"window_s": window_s, "slice_s": step, "state_store": store.name, "models": models}
+    return {
+        "window_s": window_s,
+        "slice_s": resolution_for(window_s),
+        "state_store": store.name,
+        "models": models,
+    }
 
 
 def _model_totals(route_counts: list[Counts]) -> dict[str, Any]:

@@ -96,7 +96,7 @@ class Upstream:
         endpoint: Endpoint,
         path: str,
         body: bytes,
-        client_headers: Iterable[tuple[bytes, bytes]],
+        client_headers: Sequence[tuple[bytes, bytes]],
         *,
         trace_context: Sequence[tuple[bytes, bytes]] = (),
         client_ip: str | None = None,
@@ -217,23 +217,23 @@ def translate(exc: BaseException, endpoint: Endpoint) -> UpstreamFailure:
 
 
 def upstream_headers(
-    client_headers: Iterable[tuple[bytes, bytes]],
+    client_headers: Sequence[tuple[bytes, bytes]],
     endpoint: Endpoint,
     trace_context: Sequence[tuple[bytes, bytes]] = (),
     client_ip: str | None = None,
 ) -> list[tuple[bytes, bytes]]:
     """The client's headers less hop-by-hop ones (fixed, and those its `Connection` names),
     its secrets, forwarding claims and billing scope; plus ours."""
-    client_headers = list(client_headers)
-    dropped = set(_DROP_REQUEST_HEADERS)
-    dropped.update(k for k, _ in trace_context)
-    for key, value in client_headers:
-        if key == b"connection":
-            dropped.update(n.strip().lower() for n in value.split(b","))
+    not_forwarded = {k for k, _ in trace_context}
+    not_forwarded.update(
+        n.strip().lower() for k, v in client_headers if k == b"connection" for n in v.split(b",")
+    )
     headers = [
         (k, v)
         for k, v in client_headers
-        if k not in dropped and not k.startswith((b"x-tidegate-", b"x-forwarded-"))
+        if k not in _DROP_REQUEST_HEADERS
+        and k not in not_forwarded
+        and not k.startswith((b"x-tidegate-", b"x-forwarded-"))
     ]
     headers.extend(trace_context)
     headers.append((b"accept-encoding", b"identity"))

@@ -202,8 +202,8 @@ class RedisStore:
                 return True
             remaining = deadline - time.monotonic()
             if answer < 0 or remaining <= 0:  # the line is full, or the wait is over
-                if wait_s > 0:
-                    await self._leave_line(keys, token)
+                if wait_s > 0:  # out of the line (it holds no slot: removing none is a no-op)
+                    await self._remove(keys, token, slots.weight)
                 return False
             await self._pause(pool, min(pause * random.uniform(0.8, 1.2), remaining))
             pause = min(pause * 1.5, _POLL_MAX_S)
@@ -221,8 +221,10 @@ class RedisStore:
             log.warning("state store: Redis unreachable, deciding locally until it is back: %s", exc)
         self.degraded = True
 
-    async def _leave_line(self, keys: list[str], token: str) -> None:
+    async def _remove(self, keys: list[str], token: str, weight: int) -> None:
+        """`token` out of the pool's slots (all `weight` members) and out of its line."""
         async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(keys[0], *members(token, weight))
             pipe.zrem(keys[1], token)
             pipe.zrem(keys[2], token)
             await pipe.execute()
@@ -237,11 +239,7 @@ class RedisStore:
             give_up = time.monotonic() + self._ttl_ms / 1000
             while True:
                 try:
-                    async with self._redis.pipeline(transaction=False) as pipe:
-                        pipe.zrem(keys[0], *members(token, weight))
-                        pipe.zrem(keys[1], token)
-                        pipe.zrem(keys[2], token)
-                        await pipe.execute()
+                    await self._remove(keys, token, weight)
                     return
                 except RedisError:
                     if time.monotonic() > give_up or self._stopping.is_set():
@@ -471,13 +469,14 @@ class RedisStore:
         if self._tasks:
             return
         try:
-            await self.refresh()
+            await self._refresh()  # not refresh(): its "deciding locally" would contradict a refusal
         except RedisError as exc:
             if not self._start_degraded:
                 raise StoreUnreachableAtStart(
                     f"state.redis_url: cannot use Redis at {self._url} ({type(exc).__name__}: {exc}); "
                     "fix it, or set state.start_degraded: true to start with per-process slots"
-                ) from exc
+                ) from None  # the message carries the cause; its traceback would only bury it
+            self.degraded = True
             log.error(
                 "state store: Redis at %s unreachable at start; state.start_degraded is set, so this "
                 "process decides locally (fallback_share of each pool) until Redis answers: %s",
