@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pty
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Iterator
 
 import httpx
@@ -154,6 +157,9 @@ def test_cli_stats_reports_a_refusal_clearly(admin_gateway):
 
 
 def test_cli_stats_watch_refreshes_until_interrupted(admin_gateway):
+    """On a terminal (a pty here, so rich draws live frames) --watch shows the report, keeps
+    redrawing it, and exits 0 on Ctrl-C. Synchronised on what it printed, not on a sleep
+    (its start-up alone can take longer than any fixed pause on a loaded machine)."""
     args = [
         sys.executable,
         "-m",
@@ -164,16 +170,29 @@ def test_cli_stats_watch_refreshes_until_interrupted(admin_gateway):
         "--admin-key",
         "admin-secret",
     ]
-    watcher = subprocess.Popen(
-        [*args, "--watch", "--every", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    terminal, their_end = pty.openpty()
+    watcher = subprocess.Popen([*args, "--watch", "--every", "0.2"], stdout=their_end, stderr=subprocess.PIPE)
+    os.close(their_end)
+    shown: list[bytes] = []
+
+    def read_terminal() -> None:
+        with contextlib.suppress(OSError):  # EIO once the watcher has exited
+            while chunk := os.read(terminal, 65536):
+                shown.append(chunk)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
     try:
-        time.sleep(1.5)  # not a synchronisation: --watch is meant to keep running; let it refresh a few times
+        wait_until(lambda: b"requests" in b"".join(shown), timeout=60)
+        drawn = len(b"".join(shown))
+        wait_until(lambda: len(b"".join(shown)) > drawn, timeout=30)  # it redraws
         assert watcher.poll() is None, "--watch ended on its own"
         watcher.send_signal(signal.SIGINT)
-        out, err = watcher.communicate(timeout=10)
+        _, err = watcher.communicate(timeout=10)
     finally:
         if watcher.poll() is None:
             watcher.kill()
+        reader.join(timeout=5)
+        os.close(terminal)
     assert watcher.returncode == 0, err
-    assert "requests" in out
+    assert "requests" in b"".join(shown).decode(errors="replace")
