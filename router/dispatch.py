@@ -283,11 +283,11 @@ class Dispatcher:
     async def _stream_reply(
         self, job: Job, target: Endpoint, response: httpx.Response, lease: Lease | None
     ) -> Reply:
-        """Wait for the upstream's first event before answering the client: until then a
+        """Wait for the upstream's first whole event before answering the client: until then a
         stall or a failure can still be retried elsewhere."""
         chunks = self._upstream.chunks(response, target, job.deadline)
         try:
-            first = await self._upstream.first_chunk(chunks, target)
+            first = await self._upstream.first_event(response, chunks, target, self._limits.max_event_bytes)
         except UpstreamFailure:
             await response.aclose()
             raise

@@ -158,17 +158,26 @@ class Upstream:
         except _TRANSPORT_ERRORS as exc:
             raise translate(exc, endpoint) from exc
 
-    async def first_chunk(self, chunks: AsyncIterator[bytes], endpoint: Endpoint) -> bytes:
-        """The first body chunk, within the endpoint's `ttft_s` (streams only)."""
+    async def first_event(
+        self, response: httpx.Response, chunks: AsyncIterator[bytes], endpoint: Endpoint, max_event_bytes: int
+    ) -> bytes:
+        """The stream's bytes up to the end of its first whole SSE event, within the endpoint's
+        `ttft_s`. Until then nothing is sent to the client, so an answer that is not an event
+        stream, an empty stream, a stall or a first event over `max_event_bytes` is an upstream
+        failure that can still fail over."""
+        kind = response.headers.get("content-type", "")
+        if not kind.lower().startswith("text/event-stream"):
+            raise UpstreamBadResponse(
+                f"{endpoint.name}: the upstream did not answer with an event stream",
+                detail=f"{endpoint.name}: stream answered with content-type {kind[:80]!r}",
+            )
         try:
             async with asyncio.timeout(endpoint.timeouts.ttft_s):
-                return await anext(chunks)
+                return await _through_first_event(chunks, endpoint, max_event_bytes)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{endpoint.name}: no first token within {endpoint.timeouts.ttft_s:g}s"
             ) from exc
-        except StopAsyncIteration as exc:
-            raise UpstreamUnreachable(f"{endpoint.name}: empty stream") from exc
 
     async def read(self, response: httpx.Response, endpoint: Endpoint, max_bytes: int) -> bytes:
         """The whole body within the endpoint's `total_s` and `max_bytes` (else
@@ -282,3 +291,30 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None  # an HTTP-date: rare from LLM APIs, fall back to our own backoff
+
+
+_EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+
+
+async def _through_first_event(chunks: AsyncIterator[bytes], endpoint: Endpoint, max_bytes: int) -> bytes:
+    head = bytearray()
+    async for chunk in chunks:
+        scanned = len(head)
+        head += chunk
+        if _has_event_end(head, scanned):
+            return bytes(head)
+        if len(head) > max_bytes:
+            raise UpstreamBadResponse(
+                f"{endpoint.name}: the upstream's first event is too large",
+                detail=f"{endpoint.name}: first event over limits.max_event_bytes ({max_bytes})",
+            )
+    if not head:
+        raise UpstreamUnreachable(f"{endpoint.name}: empty stream")
+    return bytes(head)  # a stream of one unterminated event: the relay judges it
+
+
+def _has_event_end(buffer: bytearray, scanned: int) -> bool:
+    """Whether `buffer` holds a blank line; only its bytes from `scanned` (less the 3 a line
+    end split across chunks may have left behind) are searched, so the scan stays linear."""
+    start = max(0, scanned - 3)
+    return any(buffer.find(end, start) >= 0 for end in _EVENT_ENDS)

@@ -5,12 +5,15 @@ A request *succeeded* when it got a 2xx and its whole answer; a *clean error* is
 OpenAI-style error (an error status with an `{"error": {...}}` body, or a stream ended by an
 SSE error event) within the client's timeout; *client gone* is a request whose client left on
 purpose; anything else (a hang past the timeout, a reset without an error, a malformed body)
-is *lost*.
+is *lost*. After each case, *leases* is the dedicated slots still held once the case has
+settled (it must be 0), and *RSS +MB* the growth of the gateway process's resident memory
+across the case, for the cases that try to grow it (measured on a separate process).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,18 +32,18 @@ class MatrixRow:
     client_gone: int = 0
     lost: int = 0
     lost_detail: list[str] = field(default_factory=list)
-
-    def add(self, other: MatrixRow) -> None:
-        self.requests += other.requests
-        self.succeeded += other.succeeded
-        self.clean_errors += other.clean_errors
-        self.client_gone += other.client_gone
-        self.lost += other.lost
-        self.lost_detail += other.lost_detail
+    leases_after: int | None = None
+    rss_growth_mb: float | None = None
 
 
 def one_request(
-    url: str, *, stream: bool, api_key: str = "x", timeout: float = 20.0, max_tokens: int = 8
+    url: str,
+    *,
+    stream: bool,
+    api_key: str = "x",
+    timeout: float = 20.0,
+    max_tokens: int = 8,
+    model: str = "m",
 ) -> str:
     """One chat request: 'ok', 'error' (clean) or 'lost: ...'."""
     client = openai.OpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=timeout)
@@ -49,12 +52,12 @@ def one_request(
         if stream:
             text = ""
             for chunk in client.chat.completions.create(
-                model="m", messages=messages, max_tokens=max_tokens, stream=True
+                model=model, messages=messages, max_tokens=max_tokens, stream=True
             ):
                 if chunk.choices:
                     text += chunk.choices[0].delta.content or ""
         else:
-            reply = client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens)
+            reply = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens)
             text = reply.choices[0].message.content or ""
     except openai.APIStatusError as exc:
         body = exc.body if isinstance(exc.body, dict) else {}
@@ -68,6 +71,15 @@ def one_request(
             return f"lost: {type(exc).__name__}: {exc}"
         return "error"
     return "ok" if text else "lost: empty answer"
+
+
+def settled_value(read: Callable[[], int], timeout: float = 10.0) -> int:
+    """`read()` once it is 0, or its last value when `timeout` passes first (for the table and
+    the assertion that follows: a leak shows as a number, not only as a timeout)."""
+    deadline = time.monotonic() + timeout
+    while (value := read()) != 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
 
 
 def burst(case: str, count: int, concurrency: int, send: Callable[[int], str]) -> MatrixRow:
@@ -108,11 +120,15 @@ def burst(case: str, count: int, concurrency: int, send: Callable[[int], str]) -
 
 def table(rows: list[MatrixRow]) -> str:
     header = (
-        f"{'case':42} {'requests':>8} {'succeeded':>9} {'clean errors':>12} {'client gone':>11} {'lost':>5}"
+        f"{'case':46} {'requests':>8} {'succeeded':>9} {'clean errors':>12} {'client gone':>11} {'lost':>5}"
+        f" {'leases':>6} {'RSS +MB':>7}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
+        leases = "-" if r.leases_after is None else str(r.leases_after)
+        rss = "-" if r.rss_growth_mb is None else f"{r.rss_growth_mb:.1f}"
         lines.append(
-            f"{r.case:42} {r.requests:>8} {r.succeeded:>9} {r.clean_errors:>12} {r.client_gone:>11} {r.lost:>5}"
+            f"{r.case:46} {r.requests:>8} {r.succeeded:>9} {r.clean_errors:>12} {r.client_gone:>11} {r.lost:>5}"
+            f" {leases:>6} {rss:>7}"
         )
     return "\n".join(lines)

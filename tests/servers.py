@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -159,10 +160,11 @@ def _redis_major() -> int:
 class RedisServer:
     """A real `redis-server` on a free loopback port, no persistence; ended by its PID."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         self.port = next(free_port_iter())
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._extra = extra
 
     def start(self) -> RedisServer:
         self.proc = subprocess.Popen(
@@ -179,6 +181,7 @@ class RedisServer:
                 "--protected-mode",
                 "no",
                 *(["--enable-debug-command", "local"] if _redis_major() >= 7 else []),
+                *self._extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -199,3 +202,109 @@ class RedisServer:
 
     def flush(self) -> None:
         redis.Redis(port=self.port).flushall()
+
+
+class RedisClusterServers:
+    """A real Redis Cluster of three masters (no replicas) on free loopback ports, made with
+    `redis-cli --cluster create`; its node files live in `workdir`. Ended by the nodes' PIDs."""
+
+    def __init__(self, workdir: str) -> None:
+        self.nodes: list[RedisServer] = []
+        for i in range(3):
+            node_file = os.path.join(workdir, f"nodes-{i}.conf")
+            extra = ["--cluster-enabled", "yes", "--cluster-config-file", node_file, "--dir", workdir]
+            if _redis_major() >= 7:  # the bus port is port + 10000 unless told
+                extra += ["--cluster-port", str(next(free_port_iter()))]
+            self.nodes.append(RedisServer(*extra))
+        self.url = f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> RedisClusterServers:
+        try:
+            for node in self.nodes:
+                node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            subprocess.run(
+                ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
+            wait_until(self._ready, timeout=15, interval=0.1)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        """Every node sees all 16384 slots served."""
+        for node in self.nodes:
+            info = redis.Redis(port=node.port, socket_timeout=0.5).cluster("info")
+            if info.get("cluster_state") != "ok":
+                return False
+        return True
+
+    def node_of(self, key: str) -> int:
+        """The port of the master that holds `key`."""
+        slot = redis.Redis(port=self.nodes[0].port).cluster("keyslot", key)
+        for start, end, (_host, port, *_rest), *_replicas in redis.Redis(port=self.nodes[0].port).execute_command(
+            "CLUSTER SLOTS"
+        ):
+            if start <= slot <= end:
+                return int(port)
+        raise AssertionError(f"no node serves slot {slot}")
+
+    def flush(self) -> None:
+        for node in self.nodes:
+            redis.Redis(port=node.port).flushall()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+class RawUpstream:
+    """A TCP server on loopback that answers every request with `response` (raw bytes),
+    whatever HTTP it is: for upstreams that break the protocol."""
+
+    def __init__(self, response: bytes, *, send_timeout_s: float = 2.0) -> None:
+        self.response = response
+        self.send_timeout_s = send_timeout_s
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(self.send_timeout_s)
+            with contextlib.suppress(OSError):
+                conn.recv(65536)
+                conn.sendall(self.response)
+
+    def __enter__(self) -> RawUpstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+def http_response(status: str, headers: str = "", body: bytes = b"") -> bytes:
+    """A whole HTTP/1.1 response, raw, for RawUpstream."""
+    return (
+        f"HTTP/1.1 {status}\r\n{headers}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+        + body
+    )

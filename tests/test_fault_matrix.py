@@ -22,7 +22,7 @@ from router.app import create_app
 from router.config import GatewayConfig, parse_config
 from router.sim.profile import Kind, SimProfile
 from tests.conftest import dedicated_profile, serverless_profile
-from tests.matrix import MatrixRow, burst, one_request
+from tests.matrix import MatrixRow, burst, one_request, settled_value
 from tests.servers import CliProcess, RedisServer, Sim, ThreadServer, free_port_iter, wait_until
 
 COUNT, CONCURRENCY = 16, 4
@@ -51,7 +51,7 @@ def gateway(config: GatewayConfig) -> Iterator[tuple[ThreadServer, object]]:
 def settle(app: object, row: MatrixRow) -> Counter[str]:
     """After a burst: in-flight back to 0 in the store, and one recorded outcome per request."""
     state = app.state  # type: ignore[attr-defined]
-    wait_until(lambda: sum(state.store.snapshot().in_flight.values()) == 0, timeout=10)
+    row.leases_after = settled_value(lambda: sum(state.store.snapshot().in_flight.values()))
     wait_until(lambda: sum(state.recorder.outcomes.values()) == row.requests, timeout=10)
     return Counter(state.recorder.outcomes)
 
@@ -60,6 +60,7 @@ def check(row: MatrixRow, fault_matrix: list[MatrixRow]) -> None:
     fault_matrix.append(row)
     assert row.requests == COUNT
     assert row.lost == 0, row.lost_detail
+    assert row.leases_after in (0, None)
 
 
 @pytest.mark.parametrize(
@@ -199,6 +200,7 @@ def test_redis_killed_and_restarted_mid_burst(fault_matrix):
             max_seen = ded.stats()["max_in_flight"]
     finally:
         own_redis.stop()
+    row.leases_after = leases
     check(row, fault_matrix)
     assert row.succeeded == COUNT
     assert store.fallback_admissions >= 1  # some were admitted locally while Redis was away
@@ -239,7 +241,7 @@ def test_a_gateway_sigterm_mid_burst_lets_in_flight_streams_finish(tmp_path: Pat
             runner.join(timeout=30)
         leases = redis.Redis.from_url(redis_url).zcard("tidegate:slots:{ded}")
     (row,) = results
-    row.requests, row.case = row.requests, "gateway SIGTERMed mid-burst"
+    row.leases_after = leases
     fault_matrix.append(row)
     assert row.lost == 0, row.lost_detail
     assert row.succeeded == CONCURRENCY  # every in-flight stream finished

@@ -1,6 +1,7 @@
 """Property-based fuzzing of the public endpoints (hypothesis): whatever a client sends —
-bytes that are not JSON, JSON of every shape, valid-looking requests with wrong types or
-absurd values, odd paths, methods and header values — the gateway answers within its
+bytes that are not JSON, JSON of every shape, bodies nested up to 1000 deep, numbers that
+overflow or are not numbers (in `max_tokens`, `n`, `best_of`, ...), valid-looking requests
+with wrong types or absurd values, odd paths, methods and header values — the gateway answers within its
 timeout with a 2xx, or a 4xx carrying an OpenAI-style error body. Never a 500, never a hang.
 The upstreams are healthy simulators, so no 5xx is excusable.
 
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from router.app import create_app
 from tests.conftest import dedicated_profile, gateway_config, serverless_profile
-from tests.matrix import MatrixRow
+from tests.matrix import MatrixRow, settled_value
 from tests.servers import Sim, ThreadServer
 
 PATHS = [
@@ -48,8 +49,13 @@ FIELDS = [
     "input",
     "prompt",
     "n",
+    "best_of",
     "temperature",
+    "top_logprobs",
 ]
+# numbers no JSON library agrees on: overflow, NaN spellings, huge integers, negative zero
+ODD_NUMBERS = [b"1e400", b"-1e400", b"NaN", b"Infinity", b"-0", b"-0.0", b"1" * 400, b"0." + b"0" * 300 + b"1"]
+ODD_NUMBERS += [b"18446744073709551616", b"-9223372036854775809", b"5000", b"1e-400", b"4.9e-324"]
 
 json_values = st.recursive(
     st.none()
@@ -64,8 +70,26 @@ request_like = st.fixed_dictionaries(
     {"model": st.sampled_from(["m", "", "nope", "M"]) | json_values},
     optional={name: json_values | st.sampled_from([True, 0, -1, 10**12, "x", [], {}]) for name in FIELDS[1:]},
 )
+
+
+def nested(depth: int, opener: bytes) -> bytes:
+    closer = b"]" if opener == b"[" else b"}"
+    inner = b"[" * depth + b"]" * depth if opener == b"[" else b'{"a":' * depth + b"1" + closer * depth
+    return b'{"model": "m", "messages": [], "meta": ' + inner + b"}"
+
+
+nested_bodies = st.builds(nested, st.integers(1, 1000), st.sampled_from([b"[", b"{"]))
+odd_number_bodies = st.builds(
+    lambda field, number, stream: b'{"model": "m", "messages": [], "%s": %s, "stream": %s}'
+    % (field.encode(), number, stream),
+    st.sampled_from(["max_tokens", "max_completion_tokens", "n", "best_of", "temperature", "top_logprobs"]),
+    st.sampled_from(ODD_NUMBERS),
+    st.sampled_from([b"true", b"false"]),
+)
 bodies = st.one_of(
     st.binary(max_size=200),
+    nested_bodies,
+    odd_number_bodies,
     json_values.map(orjson.dumps),
     request_like.map(orjson.dumps),
     st.just(b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}'),  # lone surrogate
@@ -84,7 +108,9 @@ def fuzz_gateway() -> Iterator[ThreadServer]:
                 "limits": config.limits.model_copy(update={"max_body_bytes": 4096}),
             }
         )
-        with ThreadServer(create_app(config)) as gw:
+        app = create_app(config)
+        with ThreadServer(app) as gw:
+            gw.app = app  # type: ignore[attr-defined]
             yield gw
 
 
@@ -130,7 +156,11 @@ def test_the_gateway_never_answers_5xx_or_hangs(
         SEEN.succeeded += 1
 
 
-def test_fuzzer_ran_and_is_in_the_matrix(fault_matrix):
-    # runs after the property above (file order): report what it sent
-    assert SEEN.requests > 100
+def test_fuzzer_ran_and_is_in_the_matrix(fuzz_gateway, fault_matrix):
+    # runs after the property above (file order): report what it sent, and that no input
+    # left a dedicated slot held
+    store = fuzz_gateway.app.state.store
+    SEEN.leases_after = settled_value(lambda: sum(store.snapshot().in_flight.values()))
     fault_matrix.append(SEEN)
+    assert SEEN.requests > 100
+    assert SEEN.leases_after == 0

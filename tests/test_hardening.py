@@ -20,10 +20,11 @@ from router.api import RelayResponse
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
 from router.dispatch import Reply
+from router.errors import UpstreamBadResponse, UpstreamUnreachable
 from router.relay import StreamResult
-from router.upstream import aiohttp_transport, upstream_headers
+from router.upstream import Upstream, aiohttp_transport, upstream_headers
 from tests.conftest import dedicated_profile, serverless_profile
-from tests.servers import Sim, ThreadServer, free_port_iter, wait_until
+from tests.servers import RawUpstream, Sim, ThreadServer, free_port_iter, http_response, wait_until
 
 TIMEOUTS = "timeouts: {connect_s: 1, ttft_s: 2, idle_s: 2, total_s: 10}"
 
@@ -66,63 +67,17 @@ def chat(url: str, *, stream: bool = False, **extra: Any) -> httpx.Response:
             return r
 
 
-class RawUpstream:
-    """A TCP server on loopback that answers every request with `response` (raw bytes),
-    whatever HTTP it is: for upstreams that break the protocol."""
-
-    def __init__(self, response: bytes) -> None:
-        self.response = response
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(2)
-            with contextlib.suppress(OSError):
-                conn.recv(65536)
-                conn.sendall(self.response)
-
-    def __enter__(self) -> RawUpstream:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
-
-
-def _http(status: str, headers: str = "", body: bytes = b"") -> bytes:
-    return (
-        f"HTTP/1.1 {status}\r\n{headers}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
-        + body
-    )
-
-
 BROKEN_UPSTREAMS = {
     "malformed status line": b"HTTP/1.1 abc\r\n\r\n",
-    "header over 8 KiB": _http("200 OK", "x-big: " + "a" * 10_000 + "\r\n", b"{}"),
-    "401 with a key hint": _http(
+    "header over 8 KiB": http_response("200 OK", "x-big: " + "a" * 10_000 + "\r\n", b"{}"),
+    "401 with a key hint": http_response(
         "401 Unauthorized",
         "content-type: application/json\r\n",
         b'{"error": {"message": "Incorrect API key provided: sk-prov...wxyz", "type": "invalid_request_error"}}',
     ),
-    "403": _http("403 Forbidden", "", b"nope"),
-    "404 (wrong base_url)": _http("404 Not Found", "", b"no such path"),
-    "302 redirect": _http("302 Found", "location: http://elsewhere.example/\r\n"),
+    "403": http_response("403 Forbidden", "", b"nope"),
+    "404 (wrong base_url)": http_response("404 Not Found", "", b"no such path"),
+    "302 redirect": http_response("302 Found", "location: http://elsewhere.example/\r\n"),
     "closed without answering": b"",
     "truncated body": b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\ncontent-type: application/json\r\n\r\n{",
 }
@@ -487,3 +442,36 @@ async def test_a_client_that_stops_reading_is_cut_after_the_write_timeout():
     await asyncio.wait_for(RelayResponse(reply, write_timeout_s=0.2)(scope, receive, stuck_send), 5)
     assert closed.is_set()
     assert result.cut == "client_write_timeout"
+
+
+STREAM = b'data: {"a": 1}\r\n\r\ndata: {"b": 2}\n\ndata: [DONE]\n\n'
+
+
+async def _first_event(chunks: list[bytes], content_type: str = "text/event-stream", max_bytes: int = 1024) -> bytes:
+    async def source() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    endpoint = config("http://127.0.0.1:1/v1", None).models["m"].dedicated[0]
+    upstream = Upstream([], aiohttp_transport)
+    response = httpx.Response(200, headers={"content-type": content_type})
+    return await upstream.first_event(response, source(), endpoint, max_bytes)
+
+
+@pytest.mark.parametrize("cut", range(1, len(STREAM)))
+async def test_the_first_event_is_found_wherever_the_chunks_split(cut):
+    head = await _first_event([STREAM[:cut], STREAM[cut:]])
+    assert head.startswith(b'data: {"a": 1}\r\n\r\n')
+
+
+@pytest.mark.parametrize(
+    ("chunks", "content_type", "error"),
+    [
+        ([b'{"id": "x"}'], "application/json", UpstreamBadResponse),  # a stream answered as JSON
+        ([b"data: " + b"a" * 600, b"a" * 600], "text/event-stream", UpstreamBadResponse),  # over max
+        ([], "text/event-stream; charset=utf-8", UpstreamUnreachable),
+    ],
+)
+async def test_a_stream_that_never_makes_a_first_event_fails_before_the_client_sees_it(chunks, content_type, error):
+    with pytest.raises(error):
+        await _first_event(chunks, content_type)

@@ -1,0 +1,288 @@
+"""The fault matrix, hostile half: one `tidegate serve` process (so its memory can be measured
+from outside) on a real Redis, in front of real simulators and raw upstreams that break the
+protocol, hit by clients that send what no SDK would. Each case is a bounded burst; after it
+the dedicated leases in Redis must be back to 0, nothing may be lost, and the cases that try
+to grow the process must leave its resident memory near where it was."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+import redis
+
+from router.sim.profile import Kind, SimProfile
+from tests.conftest import serverless_profile
+from tests.matrix import MatrixRow, burst, one_request, settled_value
+from tests.servers import CliProcess, RawUpstream, RedisServer, Sim, http_response
+
+COUNT, CONCURRENCY = 16, 4
+RSS_BOUND_MB = 48  # what a resource case may leave behind; unbounded, the same cases grew it by 80-760 MB
+LIMITS = (
+    "{max_in_flight: 24, header_timeout_s: 0.5, body_timeout_s: 0.5, client_write_timeout_s: 0.5,"
+    " max_header_bytes: 16384, max_response_bytes: 4194304, max_event_bytes: 1048576}"
+)
+TIMEOUTS = "timeouts: {connect_s: 1, ttft_s: 2, idle_s: 2, total_s: 20}"
+MiB = 1024 * 1024
+
+# models whose dedicated endpoint is a raw upstream that breaks HTTP; serverless serves them
+RAW_UPSTREAMS = {
+    "malformed-status": b"HTTP/1.1 abc\r\n\r\n",
+    "header-over-8k": http_response("200 OK", "x-big: " + "a" * 10_000 + "\r\n", b"{}"),
+    "upstream-401": http_response(
+        "401 Unauthorized",
+        "content-type: application/json\r\n",
+        b'{"error": {"message": "Incorrect API key provided: sk-prov...wxyz"}}',
+    ),
+    "body-64mib": http_response("200 OK", "content-type: application/json\r\n", b" " * (64 * MiB)),
+    "event-16mib": b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: " + b"a" * (16 * MiB),
+}
+
+# a valid chat stream of 24 MiB, sent as fast as the gateway reads it: more than any socket buffers
+_EVENT = orjson.dumps(
+    {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "a" * 4096}}]}
+)
+LONG_STREAM = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n" + (
+    b"data: " + _EVENT + b"\n\n"
+) * (24 * MiB // len(_EVENT))
+
+
+class Gateway:
+    """The process under test and what the matrix reads from it."""
+
+    def __init__(self, process: CliProcess, redis_url: str) -> None:
+        self.process = process
+        self.url = process.url
+        self.root = process.root
+        self._redis = redis.Redis.from_url(redis_url)
+
+    def leases(self) -> int:
+        return sum(int(self._redis.zcard(key)) for key in self._redis.scan_iter("tidegate:slots:*"))
+
+    def rss_mb(self) -> float:
+        assert self.process.proc is not None
+        status = Path(f"/proc/{self.process.proc.pid}/status").read_text()
+        kb = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+        return int(kb) / 1024
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Iterator[Gateway]:
+    redis_server.flush()
+    ded = SimProfile(kind=Kind.DEDICATED, name="ded", max_concurrency=64, itl_s=0.002, seed=1)
+    with contextlib.ExitStack() as stack:
+        ded_sim = stack.enter_context(Sim(ded))
+        long_stream = stack.enter_context(RawUpstream(LONG_STREAM, send_timeout_s=30))
+        sl_sim = stack.enter_context(Sim(serverless_profile()))
+        raws = {name: stack.enter_context(RawUpstream(answer)) for name, answer in RAW_UPSTREAMS.items()}
+        lines = [
+            f"state: {{redis_url: '{redis_server.url}', lease_ttl_s: 3}}",
+            "auth: {allow_anonymous: true}",
+            f"limits: {LIMITS}",
+            "models:",
+        ]
+        dedicated = {"m": ded_sim.base_url, "long-stream": long_stream.url, **{name: raw.url for name, raw in raws.items()}}
+        for model, url in dedicated.items():
+            lines += [
+                f"  {model}:",
+                "    retry: {attempts: 3, backoff_ms: 1}",
+                f"    dedicated: [{{name: ded-{model}, base_url: '{url}', model: d, max_concurrency: 4, {TIMEOUTS}}}]",
+                f"    serverless: [{{name: sl-{model}, base_url: '{sl_sim.base_url}', model: s, {TIMEOUTS}}}]",
+            ]
+        config = tmp_path_factory.mktemp("limits") / "tidegate.yaml"
+        config.write_text("\n".join(lines) + "\n")
+        process = stack.enter_context(CliProcess("serve", "--config", str(config), "--port", "0"))
+        yield Gateway(process, redis_server.url)
+
+
+def run_case(
+    gateway: Gateway,
+    fault_matrix: list[MatrixRow],
+    case: str,
+    send: Callable[[int], str],
+    *,
+    concurrency: int = CONCURRENCY,
+    measure_rss: bool = False,
+) -> MatrixRow:
+    before = gateway.rss_mb()
+    row = burst(case, COUNT if concurrency <= COUNT else concurrency, concurrency, send)
+    row.leases_after = settled_value(gateway.leases)
+    if measure_rss:
+        row.rss_growth_mb = max(0.0, gateway.rss_mb() - before)
+    fault_matrix.append(row)
+    assert row.lost == 0, row.lost_detail
+    assert row.leases_after == 0
+    if measure_rss:
+        assert row.rss_growth_mb is not None and row.rss_growth_mb < RSS_BOUND_MB
+    return row
+
+
+def clean_4xx(answer: httpx.Response) -> str:
+    """'error' for an OpenAI-style 4xx; anything else (a 5xx included) is lost."""
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    if 400 <= answer.status_code < 500 and isinstance(body, dict) and "error" in body:
+        return "error"
+    return f"lost: {answer.status_code} {answer.text[:200]}"
+
+
+def post_raw_body(gateway: Gateway, body: bytes) -> str:
+    answer = httpx.post(
+        gateway.url + "/chat/completions",
+        content=body,
+        headers={"content-type": "application/json"},
+        timeout=20,
+    )
+    return clean_4xx(answer)
+
+
+def nested(depth: int) -> bytes:
+    return b'{"model": "m", "messages": [], "meta": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+HOSTILE_BODIES: dict[str, Callable[[int], bytes]] = {
+    "client body nested 300 deep": lambda i: nested(300 + 50 * i),
+    "client n / best_of = 5000": lambda i: orjson.dumps(
+        {"model": "m", "messages": [], "n": 5000, "best_of": 5000, "stream": i % 2 == 0}
+    ),
+    "client huge and odd numbers": lambda i: [
+        b'{"model": "m", "messages": [], "max_tokens": 1e400}',
+        b'{"model": "m", "messages": [], "max_tokens": 36893488147419103232}',
+        b'{"model": "m", "messages": [], "temperature": NaN}',
+        b'{"model": "m", "messages": [], "max_tokens": -0.0, "n": true}',
+    ][i % 4],
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_BODIES))
+def test_hostile_client_bodies_are_400s_and_take_no_slot(gateway, fault_matrix, case):
+    row = run_case(gateway, fault_matrix, case, lambda i: post_raw_body(gateway, HOSTILE_BODIES[case](i)))
+    assert row.clean_errors == COUNT
+
+
+@pytest.mark.parametrize("model", sorted(RAW_UPSTREAMS))
+def test_a_protocol_breaking_dedicated_upstream_fails_over(gateway, fault_matrix, model):
+    def send(i: int) -> str:
+        return one_request(gateway.url, stream=i % 2 == 0, model=model)
+
+    big = model.startswith(("body", "event"))
+    row = run_case(gateway, fault_matrix, f"dedicated upstream: {model}", send, measure_rss=big)
+    assert row.succeeded == COUNT  # every one failed over to serverless
+
+
+def raw_exchange(gateway: Gateway, head: bytes, *, then: Callable[[socket.socket], None] | None = None) -> bytes:
+    """Send `head` on a fresh connection (as much of it as the gateway takes), run `then`, and
+    read the answer until the gateway closes."""
+    host, port = gateway.root.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        with contextlib.suppress(OSError):  # the gateway may close before it has all of it
+            for start in range(0, len(head), 65536):
+                conn.sendall(head[start : start + 65536])
+            if then is not None:
+                then(conn)
+        out = b""
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(65536):
+                out += chunk
+    return out
+
+
+def refused_with(*statuses: bytes) -> Callable[[bytes], str]:
+    """'error' for an answer with one of `statuses` and an OpenAI-style error body."""
+
+    def verdict(answer: bytes) -> str:
+        status_ok = any(answer.startswith(b"HTTP/1.1 " + status) for status in statuses)
+        return "error" if status_ok and b'{"error":' in answer else f"lost: {answer[:300]!r}"
+
+    return verdict
+
+
+def stall(conn: socket.socket) -> None:
+    threading.Event().wait(2.0)  # the subject of the case: a client that stops sending
+
+
+CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+
+
+@pytest.mark.parametrize(
+    ("case", "head", "then", "expect", "concurrency"),
+    [
+        ("client headers of 8 MiB", CHAT_HEAD + b"x-pad: " + b"a" * (8 * MiB), None, (b"431",), CONCURRENCY),
+        ("client headers stall half-way", CHAT_HEAD, stall, (b"408",), COUNT),
+        (
+            "client 4 MiB bodies stall at the last byte x40",
+            CHAT_HEAD + b"content-length: %d\r\n\r\n" % (4 * MiB) + b"{" + b" " * (4 * MiB - 2),
+            stall,
+            (b"408", b"503"),  # 503: past max_in_flight, refused before its body is read
+            40,
+        ),
+    ],
+)
+def test_clients_that_try_to_grow_the_process_are_refused(
+    gateway, fault_matrix, case, head, then, expect, concurrency
+):
+    verdict = refused_with(*expect)
+    row = run_case(
+        gateway,
+        fault_matrix,
+        case,
+        lambda i: verdict(raw_exchange(gateway, head, then=then)),
+        concurrency=concurrency,
+        measure_rss=True,
+    )
+    assert row.clean_errors == row.requests
+
+
+def test_a_client_that_stops_reading_a_stream_is_cut_and_its_slot_freed(gateway, fault_matrix):
+    body = orjson.dumps({"model": "long-stream", "messages": [], "stream": True})
+    head = CHAT_HEAD + b"content-length: %d\r\n\r\n" % len(body) + body
+
+    def never_read(i: int) -> str:
+        host, port = gateway.root.removeprefix("http://").split(":")
+        received, relayed = b"", 0
+        with socket.socket() as conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            conn.settimeout(30)
+            conn.connect((host, int(port)))
+            conn.sendall(head)
+            threading.Event().wait(3.0)  # the subject: not reading, far past the write timeout
+            with contextlib.suppress(OSError):
+                while not received.endswith(b"\r\n0\r\n\r\n") and (chunk := conn.recv(1 << 20)):
+                    received = received[-64:] + chunk
+                    relayed += len(chunk)
+        # cut by the gateway: far less than the upstream's 24 MiB reached the client
+        return "gone" if relayed < 16 * MiB else f"lost: the stream was never cut ({relayed} bytes)"
+
+    row = run_case(gateway, fault_matrix, "client stops reading a long stream", never_read, measure_rss=True)
+    assert row.client_gone == COUNT
+
+
+def test_requests_past_max_in_flight_get_a_clean_503(gateway, fault_matrix):
+    def send(i: int) -> str:
+        return one_request(gateway.url, stream=True, max_tokens=60)
+
+    row = run_case(gateway, fault_matrix, "40 at once, max_in_flight 24", send, concurrency=40)
+    assert row.succeeded + row.clean_errors == 40
+
+
+def test_a_redis_stall_mid_burst_leaves_no_ghost_lease(gateway, fault_matrix, redis_server):
+    staller = redis.Redis(port=redis_server.port, socket_timeout=10)
+    stalled = threading.Event()
+
+    def send(i: int) -> str:
+        if i == CONCURRENCY and not stalled.is_set():
+            stalled.set()
+            threading.Thread(target=staller.execute_command, args=("DEBUG", "SLEEP", "1.5")).start()
+        return one_request(gateway.url, stream=i % 2 == 0, max_tokens=20)
+
+    row = run_case(gateway, fault_matrix, "Redis stalls 1.5 s mid-burst", send)
+    assert row.succeeded == COUNT
+
