@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Generic, Protocol
 
-from router.config import Endpoint, ModelConfig
-from router.state.base import Snapshot
+from policies.types import Snapshot, T
 
 
 class Reason(StrEnum):
@@ -30,26 +29,34 @@ class Reason(StrEnum):
     FAILOVER = "failover"  # an earlier target failed before the first byte
     SERVERLESS_ONLY = "serverless_only"  # the model has no dedicated endpoint
 
+    @property
+    def is_spill(self) -> bool:
+        """Whether the request left its model's first choice (counted in the spill
+        figures): every reason but dedicated having room and a model with no dedicated."""
+        return self not in (Reason.BASELINE, Reason.SERVERLESS_ONLY)
+
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
+    """The request, as far as a policy needs it. A step's parameters (the model's canary
+    percent, its queue bound, ...) are bound when its pipeline is built, not carried here."""
+
     model: str
-    config: ModelConfig
     stream: bool
     stickiness_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(Generic[T]):
     """`queue_ms` > 0 lets the dispatcher wait in line that long for the first target's slot
     (a dedicated endpoint) before it spills to the next target."""
 
-    targets: tuple[Endpoint, ...]
+    targets: tuple[T, ...]
     reason: Reason
     queue_ms: float = 0.0
 
 
 class Policy(Protocol):
     def decide(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> Decision: ...
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]
+    ) -> Decision[T]: ...

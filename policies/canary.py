@@ -1,9 +1,10 @@
-"""Canary gate: only `canary_percent` of a model's traffic is eligible for dedicated.
+"""Canary gate: only a model's canary percent of its traffic is eligible for dedicated.
 
 Eligibility is sticky per stickiness key: the key hashes to a bucket in [0, 100) and is
 eligible while its bucket is below the percent. Raising the percent therefore only adds
 keys to dedicated, never moves an eligible key off it. The live percent comes from the
-snapshot (set through the admin API, shared by every replica), else from the model's config.
+snapshot (set through the admin API, shared by every replica), else from the percent the
+gate was built with (the model's config).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import hashlib
 
 from policies.base import Reason, RequestContext
-from router.config import DedicatedEndpoint, Endpoint
-from router.state.base import Snapshot
+from policies.pipeline import drop_dedicated
+from policies.types import Snapshot, T
 
 
 def bucket(model: str, key: str) -> float:
@@ -24,15 +25,15 @@ def bucket(model: str, key: str) -> float:
 class CanaryGate:
     """A filter: removes dedicated candidates for keys outside the canary (`canary_out`)."""
 
+    def __init__(self, percent: float) -> None:
+        self._percent = percent
+
     def filter(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> tuple[tuple[Endpoint, ...], Reason | None]:
-        percent = snapshot.canary_percent.get(context.model, context.config.canary_percent)
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]
+    ) -> tuple[tuple[T, ...], Reason | None]:
+        percent = snapshot.canary_percent.get(context.model, self._percent)
         if percent >= 100 or context.stickiness_key is None:
             return candidates, None
         if bucket(context.model, context.stickiness_key) < percent:
             return candidates, None
-        rest = tuple(c for c in candidates if not isinstance(c, DedicatedEndpoint))
-        if not rest:  # nothing to send the key to instead: keep dedicated
-            return candidates, None
-        return rest, Reason.CANARY_OUT
+        return drop_dedicated(candidates, lambda _: True, Reason.CANARY_OUT)

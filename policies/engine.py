@@ -12,12 +12,38 @@ not trusted: the per-endpoint `on_stale` says whether that means spill or trust 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from policies.base import Reason, RequestContext
 from policies.hysteresis import Latch, Thresholds
 from policies.pipeline import drop_dedicated
-from router.config import Endpoint, EngineSignalConfig
-from router.state.base import Snapshot
+from policies.types import Snapshot, T
+
+
+class EngineSignalSettings(Protocol):
+    """An endpoint's engine-signal thresholds, as the step reads them (the gateway's
+    `engine_signal:` config is one)."""
+
+    @property
+    def stale_after_s(self) -> float: ...
+
+    @property
+    def on_stale(self) -> str: ...
+
+    @property
+    def waiting_on(self) -> float: ...
+
+    @property
+    def waiting_off(self) -> float: ...
+
+    @property
+    def kv_cache_on(self) -> float: ...
+
+    @property
+    def kv_cache_off(self) -> float: ...
+
+    @property
+    def dwell_s(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +75,7 @@ class EngineLatches:
 
 
 def engine_step(
-    latches: EngineLatches, sample: EngineSample | None, signal: EngineSignalConfig, now: float
+    latches: EngineLatches, sample: EngineSample | None, signal: EngineSignalSettings, now: float
 ) -> tuple[EngineLatches, bool]:
     """The new latches and whether to spill. A stale or missing sample leaves the latches as
     they were and decides by `on_stale`."""
@@ -68,8 +94,8 @@ class EngineGate:
     """A filter: removes dedicated candidates whose engine says stop (`saturated`)."""
 
     def filter(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> tuple[tuple[Endpoint, ...], Reason | None]:
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]
+    ) -> tuple[tuple[T, ...], Reason | None]:
         if not snapshot.engine_saturated:
             return candidates, None
         return drop_dedicated(candidates, lambda d: d.name in snapshot.engine_saturated, Reason.SATURATED)

@@ -10,15 +10,13 @@ eligible again, and the next attempt is the probe.
 from __future__ import annotations
 
 from policies.base import Reason, RequestContext
-from router.config import Endpoint
-from router.latency import route_key
-from router.state.base import Snapshot
+from policies.types import Snapshot, T, route_key
 
 
 class CircuitGate:
     def filter(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> tuple[tuple[Endpoint, ...], Reason | None]:
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]
+    ) -> tuple[tuple[T, ...], Reason | None]:
         if not snapshot.circuit_open:
             return candidates, None
         ends = {c.name: snapshot.circuit_open.get(route_key(context.model, c.name), 0.0) for c in candidates}

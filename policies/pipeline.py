@@ -14,29 +14,28 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from policies.base import Decision, Policy, Reason, RequestContext
-from router.config import DedicatedEndpoint, Endpoint
-from router.state.base import Snapshot
+from policies.types import Snapshot, T, Target, is_dedicated
 
 
 class Filter(Protocol):
     def filter(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> tuple[tuple[Endpoint, ...], Reason | None]: ...
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]
+    ) -> tuple[tuple[T, ...], Reason | None]: ...
 
 
 class Sorter(Protocol):
     def sort(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> tuple[Endpoint, ...]: ...
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]
+    ) -> tuple[T, ...]: ...
 
 
 def drop_dedicated(
-    candidates: tuple[Endpoint, ...], drop: Callable[[DedicatedEndpoint], bool], reason: Reason
-) -> tuple[tuple[Endpoint, ...], Reason | None]:
+    candidates: tuple[T, ...], drop: Callable[[Target], bool], reason: Reason
+) -> tuple[tuple[T, ...], Reason | None]:
     """A filter's usual answer: the candidates without the dedicated endpoints `drop` picks,
     with `reason`; all of them unchanged (no reason) when that removes nothing or everything
     (with nowhere else to go, the dedicated endpoint is still the best bet)."""
-    kept = tuple(c for c in candidates if not (isinstance(c, DedicatedEndpoint) and drop(c)))
+    kept = tuple(c for c in candidates if not (is_dedicated(c) and drop(c)))
     if len(kept) == len(candidates) or not kept:
         return candidates, None
     return kept, reason
@@ -48,9 +47,7 @@ class Pipeline:
         self._sorters = tuple(sorters)
         self._picker = picker
 
-    def decide(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> Decision:
+    def decide(self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]) -> Decision[T]:
         reason: Reason | None = None
         for step in self._filters:
             kept, why = step.filter(context, snapshot, candidates)

@@ -1,13 +1,17 @@
 """Policies by name, so a model's config names its policy and no code compares strings.
 
-A factory gets the model's config and builds that model's pipeline; optional steps are
-chosen from tables keyed by config values (`routing.serverless`), never by if/elif.
+A factory gets the model's settings and builds that model's pipeline, binding each step's
+parameters then (the canary percent, the queue bound, the serverless order's thresholds), so
+a decision carries only the request. Optional steps are chosen from tables keyed by settings
+(`routing.serverless`), never by if/elif. The settings are protocols: the gateway's model
+config satisfies them, and policies import nothing from the gateway.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Protocol
 
 from policies.base import Policy
 from policies.canary import CanaryGate
@@ -15,31 +19,60 @@ from policies.dedicated_first import DedicatedFirst
 from policies.engine import EngineGate
 from policies.health import CircuitGate
 from policies.pipeline import Pipeline, Sorter
-from policies.serverless import FastestServerless
+from policies.serverless import FastestServerless, ServerlessOrder
 from policies.slo import SloGuard
-from router.config import ModelConfig, ServerlessOrder
 
-PolicyFactory = Callable[[ModelConfig], Policy]
 
-SERVERLESS_ORDERS: Mapping[ServerlessOrder, tuple[Sorter, ...]] = MappingProxyType(
-    {ServerlessOrder.CONFIGURED: (), ServerlessOrder.FASTEST: (FastestServerless(),)}
+class RoutingSettings(Protocol):
+    @property
+    def serverless(self) -> ServerlessOrder: ...
+
+    @property
+    def min_samples(self) -> int: ...
+
+    @property
+    def explore_percent(self) -> float: ...
+
+    @property
+    def max_queue_ms(self) -> float: ...
+
+
+class ModelSettings(Protocol):
+    @property
+    def canary_percent(self) -> float: ...
+
+    @property
+    def routing(self) -> RoutingSettings: ...
+
+
+PolicyFactory = Callable[[ModelSettings], Policy]
+
+SERVERLESS_ORDERS: Mapping[ServerlessOrder, Callable[[RoutingSettings], tuple[Sorter, ...]]] = (
+    MappingProxyType(
+        {
+            ServerlessOrder.CONFIGURED: lambda routing: (),
+            ServerlessOrder.FASTEST: lambda routing: (
+                FastestServerless(routing.min_samples, routing.explore_percent),
+            ),
+        }
+    )
 )
 
 
-def _dedicated_first(model: ModelConfig) -> Policy:
+def _dedicated_first(model: ModelSettings) -> Policy:
     """canary gate -> circuit gate -> SLO guard -> engine signal -> serverless order ->
     dedicated first (with the optional wait in line for a slot)."""
     return Pipeline(
-        filters=(CanaryGate(), CircuitGate(), SloGuard(), EngineGate()),
-        sorters=SERVERLESS_ORDERS[model.routing.serverless],
-        picker=DedicatedFirst(),
+        filters=(CanaryGate(model.canary_percent), CircuitGate(), SloGuard(), EngineGate()),
+        sorters=SERVERLESS_ORDERS[model.routing.serverless](model.routing),
+        picker=DedicatedFirst(model.routing.max_queue_ms),
     )
 
 
 BUILTIN: Mapping[str, PolicyFactory] = MappingProxyType({"dedicated_first": _dedicated_first})
 
 
-def build(name: str, model: ModelConfig, registry: Mapping[str, PolicyFactory] = BUILTIN) -> Policy:
+def build(name: str, model: ModelSettings, registry: Mapping[str, PolicyFactory] = BUILTIN) -> Policy:
     try:
         factory = registry[name]
     except KeyError:

@@ -10,14 +10,21 @@ this is decided per route from live figures, never from a fixed list.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from policies.base import RequestContext
 from policies.canary import bucket
-from router.config import Endpoint, ServerlessEndpoint
-from router.latency import Figures, route_key
-from router.state.base import Snapshot
+from policies.types import Figures, Snapshot, T, is_dedicated, route_key
 
 COLD_START_CV = 1.0
 COLD_START_PENALTY = 2.0
+
+
+class ServerlessOrder(StrEnum):
+    """How a model's serverless routes are ordered (its `routing.serverless`)."""
+
+    CONFIGURED = "configured"  # the order of the `serverless` list
+    FASTEST = "fastest"  # by live p95 TTFT and CV% (routes with min_samples): FastestServerless
 
 
 def score(figures: Figures) -> float:
@@ -26,18 +33,20 @@ def score(figures: Figures) -> float:
 
 
 class FastestServerless:
-    """A sorter: reorders the serverless candidates, leaves the others first and in order."""
+    """A sorter: reorders the serverless candidates, leaves the others first and in order.
+    Built with the model's `routing.min_samples` and `routing.explore_percent`."""
 
-    def sort(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> tuple[Endpoint, ...]:
-        routing = context.config.routing
-        others = tuple(c for c in candidates if not isinstance(c, ServerlessEndpoint))
-        measured: list[tuple[float, int, Endpoint]] = []
-        unmeasured: list[Endpoint] = []
-        for i, candidate in enumerate(c for c in candidates if isinstance(c, ServerlessEndpoint)):
+    def __init__(self, min_samples: int, explore_percent: float) -> None:
+        self._min_samples = min_samples
+        self._explore_percent = explore_percent
+
+    def sort(self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]) -> tuple[T, ...]:
+        others = tuple(c for c in candidates if is_dedicated(c))
+        measured: list[tuple[float, int, T]] = []
+        unmeasured: list[T] = []
+        for i, candidate in enumerate(c for c in candidates if not is_dedicated(c)):
             figures = snapshot.ttft.get(route_key(context.model, candidate.name))
-            if figures is not None and figures.samples >= routing.min_samples:
+            if figures is not None and figures.samples >= self._min_samples:
                 measured.append((score(figures), i, candidate))
             else:
                 unmeasured.append(candidate)
@@ -46,10 +55,6 @@ class FastestServerless:
             return (*others, *unmeasured, *ranked)
         return (*others, *ranked, *unmeasured)
 
-    @staticmethod
-    def _explores(context: RequestContext) -> bool:
+    def _explores(self, context: RequestContext) -> bool:
         key = context.stickiness_key
-        return (
-            key is not None
-            and bucket(f"{context.model}\x00explore", key) < context.config.routing.explore_percent
-        )
+        return key is not None and bucket(f"{context.model}\x00explore", key) < self._explore_percent

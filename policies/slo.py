@@ -11,15 +11,31 @@ reads them.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from policies.base import Reason, RequestContext
 from policies.hysteresis import Latch, Thresholds
 from policies.pipeline import drop_dedicated
-from router.config import Endpoint, SloConfig
-from router.latency import Figures, route_key
-from router.state.base import Snapshot
+from policies.types import Figures, Snapshot, T, route_key
 
 
-def slo_step(latch: Latch, figures: Figures | None, slo: SloConfig, now: float) -> Latch:
+class SloSettings(Protocol):
+    """A model's SLO, as the step reads it (the gateway's `slo:` config is one)."""
+
+    @property
+    def ttft_p95_ms(self) -> float | None: ...
+
+    @property
+    def recover_ratio(self) -> float: ...
+
+    @property
+    def min_samples(self) -> int: ...
+
+    @property
+    def dwell_s(self) -> float: ...
+
+
+def slo_step(latch: Latch, figures: Figures | None, slo: SloSettings, now: float) -> Latch:
     """The route's breach latch after seeing its windowed TTFT figures at `now`."""
     if slo.ttft_p95_ms is None:
         return Latch()
@@ -32,8 +48,8 @@ class SloGuard:
     """A filter: removes dedicated candidates whose route is in breach (`slo_breach`)."""
 
     def filter(
-        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[Endpoint, ...]
-    ) -> tuple[tuple[Endpoint, ...], Reason | None]:
+        self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]
+    ) -> tuple[tuple[T, ...], Reason | None]:
         if not snapshot.slo_breached:
             return candidates, None
         breached = snapshot.slo_breached

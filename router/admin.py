@@ -10,13 +10,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request
 
+from policies.types import Snapshot, route_key
 from router.auth import KeyDigests, bearer_token
 from router.config import GatewayConfig, ModelConfig
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
-from router.latency import route_key
 from router.report import figures_json, parse_window, routes_report
 from router.signals import Signals
-from router.state.base import Snapshot, StateStore
+from router.state.base import StateStore
 
 
 class AdminDisabled(ClientError):

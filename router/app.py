@@ -19,13 +19,15 @@ from starlette.responses import Response
 
 from policies import registry
 from policies.base import Policy
+from policies.types import route_key
 from router import api
 from router.admin import admin_router
 from router.auth import ApiKeys
+from router.bookkeeping import Books
+from router.breaker import Breakers, breaker_configs
 from router.config import ConfigError, GatewayConfig
 from router.dispatch import Dispatcher
 from router.errors import GatewayError, InvalidRequest, MethodNotAllowed, RouteNotFound, error_body
-from router.latency import route_key
 from router.limits import InFlightLimit
 from router.records import Recorder
 from router.signals import Signals
@@ -90,7 +92,14 @@ def create_app(
     signals = Signals(config, store)
     telemetry.watch(signals.snapshot, store)
     dispatcher = Dispatcher(
-        config, store, upstream, recorder, build_policies(config), signals=signals, telemetry=telemetry
+        config,
+        store,
+        upstream,
+        books=Books(store, recorder, recording=config.state.record),
+        policies=build_policies(config),
+        signals=signals,
+        breakers=Breakers(store, breaker_configs(config)),
+        telemetry=telemetry,
     )
     keys = ApiKeys(config.auth.api_keys)
 

@@ -5,16 +5,18 @@ sinks, the Prometheus metrics), and the end of its spans."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Protocol
 
 from opentelemetry.trace import Span, StatusCode
 
 from policies.canary import bucket
+from policies.types import route_key
 from router.config import DedicatedEndpoint, Endpoint
 from router.job import Job, ms_since, served_outcome
-from router.latency import Metric, route_key
+from router.latency import Metric
 from router.records import Measures, Outcome, Recorder, RetryOutcome
 from router.relay import StreamResult, Usage, usage_of_body
-from router.state.base import StateStore
 from router.telemetry import (
     ERROR_TYPE,
     GEN_AI_INPUT_TOKENS,
@@ -27,8 +29,16 @@ from router.telemetry import (
 )
 
 
+class Samples(Protocol):
+    """The state store as the books use it: no I/O, merged into the shared windows later."""
+
+    def observe(self, route: str, metric: Metric, value_ms: float) -> None: ...
+
+    def count(self, route: str, counts: Mapping[str, float]) -> None: ...
+
+
 class Books:
-    def __init__(self, store: StateStore, recorder: Recorder, *, recording: bool = True) -> None:
+    def __init__(self, store: Samples, recorder: Recorder, *, recording: bool = True) -> None:
         """`recording=False` keeps the log, metrics and spans but not the store's per-route
         histograms and counters (`state.record`)."""
         self._store = store

@@ -21,14 +21,22 @@ import time
 from collections import deque
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
-from router.config import BreakerConfig
-from router.state.base import Snapshot, StateStore
+from policies.types import Snapshot, route_key
+from router.config import BreakerConfig, GatewayConfig
+from router.errors import StoreUnavailable
 
 log = logging.getLogger("tidegate.breaker")
+
+
+class Circuits(Protocol):
+    """The state store as the breakers use it: circuits shared by every replica; both raise
+    StoreUnavailable when the store cannot be reached."""
+
+    async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float: ...
+
+    async def reset_circuit(self, route: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -58,7 +66,7 @@ class RouteCounts:
 
 
 class Breakers:
-    def __init__(self, store: StateStore, configs: Mapping[str, BreakerConfig]) -> None:
+    def __init__(self, store: Circuits, configs: Mapping[str, BreakerConfig]) -> None:
         """`configs` maps each route key to its model's breaker config."""
         self._store = store
         self._configs = configs
@@ -86,7 +94,7 @@ class Breakers:
     async def _trip(self, route: str, config: BreakerConfig) -> None:
         try:
             left = await self._store.trip(route, config.cooldown_s, config.max_cooldown_s)
-        except RedisError as exc:
+        except StoreUnavailable as exc:
             log.warning("circuit breaker: cannot open %s in the store: %s", route, exc)
             return
         log.warning("circuit breaker: %s open for %.1f s", route, left)
@@ -94,12 +102,17 @@ class Breakers:
     async def _reset(self, route: str) -> None:
         try:
             await self._store.reset_circuit(route)
-        except RedisError as exc:
+        except StoreUnavailable as exc:
             log.warning("circuit breaker: cannot close %s in the store: %s", route, exc)
             return
         log.warning("circuit breaker: %s closed (probe succeeded)", route)
 
-    def _background(self, job: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(job)
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+
+
+def breaker_configs(config: GatewayConfig) -> dict[str, BreakerConfig]:
+    """Each route's breaker config: its model's."""
+    return {route_key(name, e.name): m.breaker for name, m in config.models.items() for e in m.endpoints}

@@ -1,4 +1,8 @@
-"""`tidegate serve | demo | sim | check-config`."""
+"""The `tidegate` command: `serve` (the gateway for a config file), `demo` (the gateway in
+front of simulated upstreams), `sim` (one simulated upstream), `check-config`, `canary get |
+set` (a model's live canary percent) and `stats` (the routes report, once or `--watch`).
+
+The simulator is imported only by the commands that start it."""
 
 from __future__ import annotations
 
@@ -18,8 +22,6 @@ from router.admin_client import AdminCallFailed, call_admin
 from router.app import build_policies, create_app
 from router.config import ConfigError, load_config, parse_config
 from router.serving import Served, bind, configure_logging, run, run_workers, startup_failed
-from router.sim.app import create_sim_app
-from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
 from router.stats import render
 
 
@@ -126,6 +128,8 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile  # noqa: PLC0415 (lazy)
+
     d = SimProfile()
     f = Faults()
     sim = commands.add_parser(
@@ -194,6 +198,9 @@ def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _sim(args: argparse.Namespace) -> int:
+    from router.sim.app import create_sim_app  # noqa: PLC0415 (lazy)
+    from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile  # noqa: PLC0415
+
     profile = SimProfile(
         kind=Kind(args.profile),
         name=args.name,
@@ -273,6 +280,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from router.sim.app import create_sim_app  # noqa: PLC0415 (lazy)
+    from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile  # noqa: PLC0415
+
     sims = {
         "DEMO_DEDICATED_URL": SimProfile(kind=Kind.DEDICATED, name="sim-dedicated", max_concurrency=4),
         "DEMO_SERVERLESS_A_URL": SimProfile(

@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from policies.serverless import ServerlessOrder
+from policies.types import EndpointKind
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -28,11 +30,6 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
         self.problems = problems
-
-
-class EndpointKind(StrEnum):
-    DEDICATED = "dedicated"
-    SERVERLESS = "serverless"
 
 
 class _Frozen(BaseModel):
@@ -165,6 +162,11 @@ class ServerlessEndpoint(EndpointConfig):
     def kind(self) -> EndpointKind:
         return EndpointKind.SERVERLESS
 
+    @property
+    def max_concurrency(self) -> None:
+        """Serverless has no slots of ours (policies.types.Target)."""
+        return None
+
 
 Endpoint = DedicatedEndpoint | ServerlessEndpoint
 
@@ -178,11 +180,6 @@ class SloConfig(_Frozen):
     recover_ratio: Annotated[float, Field(gt=0, le=1)] = 0.8
     min_samples: Annotated[int, Field(ge=1)] = 20
     dwell_s: Annotated[float, Field(ge=0)] = 10.0
-
-
-class ServerlessOrder(StrEnum):
-    CONFIGURED = "configured"  # the order of the `serverless` list
-    FASTEST = "fastest"  # by live p95 TTFT and CV% (routes with min_samples), see policies/serverless.py
 
 
 class RoutingConfig(_Frozen):

@@ -15,16 +15,18 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from policies.base import Policy, Reason, RequestContext
+from policies.types import route_key
 from router.bookkeeping import Books, end_span
 from router.breaker import Breakers
 from router.budget import RetryBudget
-from router.config import BreakerConfig, DedicatedEndpoint, Endpoint, GatewayConfig
+from router.config import DedicatedEndpoint, Endpoint, GatewayConfig
 from router.errors import (
     REQUEST_TIMEOUT_MESSAGE,
     GatewayError,
@@ -35,12 +37,12 @@ from router.errors import (
     UpstreamStatus,
 )
 from router.job import Job, ms_since, overhead_ms, served_outcome
-from router.latency import Metric, route_key
+from router.latency import Metric
 from router.openai import RequestPeek, peek, upstream_body
-from router.records import Attempt, Measures, Recorder, RetryOutcome
+from router.records import Attempt, Measures, RetryOutcome
 from router.relay import StreamResult, relay_stream
 from router.signals import Signals
-from router.state.base import Lease, Slots, StateStore
+from router.state.base import Lease, Slots
 from router.telemetry import (
     Telemetry,
     trace_headers,
@@ -68,28 +70,39 @@ class Reply:
     result: StreamResult | None = None
 
 
+class Leases(Protocol):
+    """The state store as the dispatcher uses it: dedicated slots (see router/state/base.py)."""
+
+    async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None: ...
+
+    async def release(self, lease: Lease) -> None: ...
+
+
 class Dispatcher:
+    """Serves a request over a model's targets. Its collaborators are built and wired once,
+    in router/app.py; each one sees only the role of the state store it needs."""
+
     def __init__(
         self,
         config: GatewayConfig,
-        store: StateStore,
+        leases: Leases,
         upstream: Upstream,
-        recorder: Recorder,
-        policies: Mapping[str, Policy],
         *,
-        signals: Signals | None = None,
-        breakers: Breakers | None = None,
-        telemetry: Telemetry | None = None,
+        books: Books,
+        policies: Mapping[str, Policy],
+        signals: Signals,
+        breakers: Breakers,
+        telemetry: Telemetry,
     ) -> None:
         self._config = config
         self._limits = config.limits
-        self._store = store
-        self._signals = signals or Signals(config, store)
-        self._breakers = breakers or Breakers(store, breaker_configs(config))
+        self._store = leases
+        self._signals = signals
+        self._breakers = breakers
         self._budgets = {name: RetryBudget(model.retry) for name, model in config.models.items()}
-        self._telemetry = telemetry or Telemetry()
+        self._telemetry = telemetry
         self._upstream = upstream
-        self._books = Books(store, recorder, recording=config.state.record)
+        self._books = books
         self._policies = policies
 
     async def dispatch(
@@ -109,7 +122,7 @@ class Dispatcher:
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
         key = _stickiness(request, headers)
-        context = RequestContext(request.model, config, request.stream, key)
+        context = RequestContext(request.model, request.stream, key)
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         job = Job(
@@ -371,11 +384,6 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
     yield first
     async for chunk in rest:
         yield chunk
-
-
-def breaker_configs(config: GatewayConfig) -> dict[str, BreakerConfig]:
-    """Each route's breaker config: its model's."""
-    return {route_key(name, e.name): m.breaker for name, m in config.models.items() for e in m.endpoints}
 
 
 def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) -> str:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from opentelemetry.trace import Span
 
 from policies.base import Decision, Reason
+from policies.types import Snapshot
 from router.config import Endpoint, ModelConfig
 from router.openai import RequestPeek
 from router.records import Attempt, RetryOutcome
-from router.state.base import Snapshot
 
 
 @dataclass(slots=True)
@@ -26,7 +26,7 @@ class Job:
     config: ModelConfig
     headers: Sequence[tuple[bytes, bytes]]
     received_at: float
-    decision: Decision
+    decision: Decision[Endpoint]
     reason: Reason
     snapshot: Snapshot
     cursor: int = 0

@@ -21,6 +21,8 @@ from enum import StrEnum
 from ddsketch import DDSketch
 from ddsketch.mapping import LogarithmicMapping
 
+from policies.types import Figures
+
 RELATIVE_ACCURACY = 0.01
 SLICE_S = 10
 # Slice lengths the shared store keeps: 10 s slices rolled up into 1 min and 1 h ones, so a
@@ -38,11 +40,6 @@ class Metric(StrEnum):
     QUEUE = "queue"  # time a request waited in line for a dedicated slot (when it waited)
 
 
-def route_key(model: str, endpoint: str) -> str:
-    """The name of a route (model, endpoint) in stores, snapshots and metrics."""
-    return f"{model}/{endpoint}"
-
-
 def slice_of(wall_s: float, step_s: int = SLICE_S) -> int:
     """The start (Unix seconds) of the `step_s`-long time slice `wall_s` falls in."""
     return int(wall_s // step_s) * step_s
@@ -55,18 +52,6 @@ def resolution_for(window_s: float) -> int:
         if window_s / step <= _MAX_SLICES:
             return step
     return ROLLUPS_S[-1]
-
-
-@dataclass(frozen=True, slots=True)
-class Figures:
-    """Summary of a histogram: milliseconds, `cv` as a fraction (std / mean)."""
-
-    samples: int
-    p50: float
-    p95: float
-    p99: float
-    mean: float
-    cv: float
 
 
 @dataclass(slots=True)

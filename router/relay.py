@@ -217,7 +217,3 @@ def _carries_output(parsed: Any) -> bool:
         if choice.get("text"):
             return True
     return False
-
-
-def monotonic_ms(since: float) -> float:
-    return (time.monotonic() - since) * 1000.0

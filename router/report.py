@@ -10,20 +10,13 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
+from policies.base import Reason
+from policies.types import Figures, Snapshot, route_key
 from router.config import DedicatedEndpoint, GatewayConfig
-from router.latency import (
-    Counts,
-    Figures,
-    Histogram,
-    Metric,
-    add_counts,
-    resolution_for,
-    route_key,
-    window_start,
-)
-from router.state.base import Snapshot, StateStore
+from router.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
 
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, None: 1}
@@ -79,8 +72,20 @@ def _spanned_s(window_s: float, wall: float) -> float:
     return max(wall - window_start(wall, window_s), 1e-9)
 
 
+class Windows(Protocol):
+    """The state store as reports read it: every replica's merged histograms and counters."""
+
+    name: str
+
+    async def latency_window(
+        self, routes: Sequence[str], metric: Metric, window_s: float
+    ) -> dict[str, Histogram]: ...
+
+    async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]: ...
+
+
 async def routes_report(
-    config: GatewayConfig, store: StateStore, snapshot: Snapshot, window_s: float
+    config: GatewayConfig, store: Windows, snapshot: Snapshot, window_s: float
 ) -> dict[str, Any]:
     """The report over the last `window_s` seconds; `snapshot` supplies the live in-flight."""
     routes = [route_key(m, e.name) for m, model in config.models.items() for e in model.endpoints]
@@ -132,7 +137,7 @@ def _model_totals(route_counts: list[Counts]) -> dict[str, Any]:
         add_counts(total, counts)
     requests = int(total.get("requests", 0))
     reasons = _prefixed(total, "reason:")
-    spilled = {r: n for r, n in reasons.items() if r not in ("baseline", "serverless_only")}
+    spilled = {r: n for r, n in reasons.items() if Reason(r).is_spill}
     return {
         "requests": requests,
         "success_rate": round(1 - total.get("errors", 0) / requests, 4) if requests else None,

@@ -19,6 +19,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import replace
+from typing import Protocol
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,9 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from policies.engine import EngineLatches, EngineSample, engine_step
 from policies.hysteresis import Latch
 from policies.slo import slo_step
+from policies.types import Snapshot, route_key
 from router.config import EngineSignalConfig, GatewayConfig, SloConfig
-from router.latency import route_key
-from router.state.base import Snapshot, StateStore
 
 log = logging.getLogger("tidegate.signals")
 
@@ -60,8 +60,14 @@ def parse_engine_metrics(text: str, scraped_at: float, max_running: float) -> En
     return EngineSample(sum(waiting), sum(running), max(kv_cache, default=0.0), scraped_at, max_running)
 
 
+class SnapshotSource(Protocol):
+    """The state store as the signal loop reads it."""
+
+    def snapshot(self) -> Snapshot: ...
+
+
 class Signals:
-    def __init__(self, config: GatewayConfig, store: StateStore) -> None:
+    def __init__(self, config: GatewayConfig, store: SnapshotSource) -> None:
         self._store = store
         self._slo: dict[str, SloConfig] = {
             route_key(name, d.name): model.slo

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 import httpx
 from opentelemetry import trace
@@ -35,13 +36,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from policies.base import Reason
+from policies.types import Snapshot
 from router.config import Endpoint
 from router.records import Outcome
-from router.state.base import Snapshot, StateStore
 
 # GenAI semantic conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/)
 GEN_AI_OPERATION = "gen_ai.operation.name"
-GEN_AI_SYSTEM = "gen_ai.system"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
@@ -161,7 +162,7 @@ class Telemetry:
             "tidegate_retries", "Retry attempts, by the request's outcome", ("model", "outcome"), registry=r
         )
 
-    def watch(self, snapshot: Callable[[], Snapshot], store: StateStore) -> None:
+    def watch(self, snapshot: Callable[[], Snapshot], store: StoreHealth) -> None:
         """Report the live gauges (in-flight, queue depth, store health) at scrape time."""
         self.registry.register(_LiveGauges(snapshot, store))
 
@@ -180,7 +181,7 @@ class Telemetry:
             self.overhead.labels(outcome.model).observe(outcome.overhead_ms / 1000)
         self.e2e.labels(*labels).observe(outcome.e2e_ms / 1000)
         self.requests.labels(*labels, outcome.outcome).inc()
-        if outcome.reason not in ("baseline", "serverless_only"):
+        if Reason(outcome.reason).is_spill:
             self.spills.labels(outcome.model, outcome.reason).inc()
         if len(outcome.attempts) > 1:
             self.retries.labels(outcome.model, outcome.outcome).inc(len(outcome.attempts) - 1)
@@ -231,8 +232,16 @@ def trace_headers(span: Span | None) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in carrier.items()]
 
 
+class StoreHealth(Protocol):
+    """The state store as health reports read it."""
+
+    name: str
+    degraded: bool  # True while shared state is unreachable and decisions are local
+    fallback_admissions: int  # slots granted locally because the shared store was unreachable
+
+
 class _LiveGauges(Collector):
-    def __init__(self, snapshot: Callable[[], Snapshot], store: StateStore) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], store: StoreHealth) -> None:
         self._snapshot = snapshot
         self._store = store
 

@@ -8,10 +8,10 @@ import pytest
 
 from policies import registry
 from policies.base import Reason, RequestContext
+from policies.types import Snapshot
 from router.app import create_app
 from router.breaker import RouteCounts
 from router.config import BreakerConfig, DedicatedEndpoint, ModelConfig, ServerlessEndpoint, parse_config
-from router.state.base import Snapshot
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
 from tests.conftest import dedicated_profile, serverless_profile
@@ -50,7 +50,7 @@ D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concur
 S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
 S2 = ServerlessEndpoint(name="s2", base_url="http://s2/v1", model="x")
 MODEL = ModelConfig(dedicated=(D1,), serverless=(S1, S2))
-CONTEXT = RequestContext("m", MODEL, stream=False, stickiness_key="k")
+CONTEXT = RequestContext("m", stream=False, stickiness_key="k")
 
 
 @pytest.mark.parametrize(

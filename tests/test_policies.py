@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from policies import registry
-from policies.base import Reason, RequestContext
+from policies.base import Policy, Reason, RequestContext
+from policies.types import Snapshot
 from router.config import DedicatedEndpoint, ModelConfig, ServerlessEndpoint
-from router.state.base import Snapshot
 
 D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=2)
 D2 = DedicatedEndpoint(name="d2", base_url="http://d2/v1", model="x", max_concurrency=1)
 S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
 S2 = ServerlessEndpoint(name="s2", base_url="http://s2/v1", model="x")
 MODEL = ModelConfig(serverless=(S1,))
-CONTEXT = RequestContext("m", MODEL, stream=False, stickiness_key=None)
+CONTEXT = RequestContext("m", stream=False, stickiness_key=None)
 
 
 @pytest.mark.parametrize(
@@ -42,10 +42,12 @@ def test_unknown_policy_names_the_known_ones():
         registry.build("fastest-ever", MODEL)
 
 
-def canary_context(key: str, percent: float) -> RequestContext:
-    return RequestContext(
-        "m", ModelConfig(canary_percent=percent, serverless=(S1,)), stream=False, stickiness_key=key
-    )
+def keyed(key: str) -> RequestContext:
+    return RequestContext("m", stream=False, stickiness_key=key)
+
+
+def canary_policy(percent: float) -> Policy:
+    return registry.build("dedicated_first", ModelConfig(canary_percent=percent, serverless=(S1,)))
 
 
 KEYS = [f"user-{i}" for i in range(2000)]
@@ -53,32 +55,37 @@ KEYS = [f"user-{i}" for i in range(2000)]
 
 @pytest.mark.parametrize(("percent", "low", "high"), [(0, 0, 0), (30, 0.27, 0.33), (100, 1, 1)])
 def test_canary_sends_its_share_of_keys_to_dedicated(percent, low, high):
-    policy = registry.build("dedicated_first", MODEL)
-    decisions = [policy.decide(canary_context(k, percent), Snapshot(now=0.0), (D1, S1)) for k in KEYS]
+    policy = canary_policy(percent)
+    decisions = [policy.decide(keyed(k), Snapshot(now=0.0), (D1, S1)) for k in KEYS]
     on_dedicated = sum(d.targets[0] is D1 for d in decisions) / len(KEYS)
     assert low <= on_dedicated <= high
     assert {d.reason for d in decisions if d.targets[0] is S1} <= {Reason.CANARY_OUT}
 
 
 def test_raising_the_canary_never_moves_a_key_off_dedicated():
-    policy = registry.build("dedicated_first", MODEL)
     eligible_before = set()
     for percent in (5, 25, 50, 75):
-        now = {
-            k
-            for k in KEYS
-            if policy.decide(canary_context(k, percent), Snapshot(0.0), (D1, S1)).targets[0] is D1
-        }
+        policy = canary_policy(percent)
+        now = {k for k in KEYS if policy.decide(keyed(k), Snapshot(0.0), (D1, S1)).targets[0] is D1}
         assert eligible_before <= now
         eligible_before = now
 
 
 def test_live_canary_override_in_the_snapshot_wins_over_config():
-    policy = registry.build("dedicated_first", MODEL)
-    decision = policy.decide(canary_context("k", 100), Snapshot(0.0, canary_percent={"m": 0}), (D1, S1))
+    policy = canary_policy(100)
+    decision = policy.decide(keyed("k"), Snapshot(0.0, canary_percent={"m": 0}), (D1, S1))
     assert (decision.targets, decision.reason) == ((S1,), Reason.CANARY_OUT)
 
 
 def test_canary_keeps_dedicated_when_there_is_nowhere_else():
-    decision = registry.build("dedicated_first", MODEL).decide(canary_context("k", 0), Snapshot(0.0), (D1,))
+    decision = canary_policy(0).decide(keyed("k"), Snapshot(0.0), (D1,))
     assert (decision.targets, decision.reason) == ((D1,), Reason.BASELINE)
+
+
+@pytest.mark.parametrize("percent", [0, 30, 99.99])
+def test_canary_says_nothing_for_a_model_with_no_dedicated(percent):
+    """A serverless-only model's traffic is `serverless_only` whatever the canary says: it
+    was never eligible for dedicated, so it did not spill (and is not in the spill figures)."""
+    policy = canary_policy(percent)
+    reasons = {policy.decide(keyed(k), Snapshot(0.0), (S1, S2)).reason for k in KEYS[:200]}
+    assert reasons == {Reason.SERVERLESS_ONLY}

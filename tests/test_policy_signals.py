@@ -10,6 +10,7 @@ from policies.base import Reason, RequestContext
 from policies.engine import EngineLatches, EngineSample, engine_step
 from policies.hysteresis import Latch, Thresholds
 from policies.slo import slo_step
+from policies.types import Figures, Snapshot
 from router.config import (
     DedicatedEndpoint,
     EngineSignalConfig,
@@ -18,9 +19,7 @@ from router.config import (
     ServerlessEndpoint,
     SloConfig,
 )
-from router.latency import Figures
 from router.signals import EngineScrapeError, parse_engine_metrics
-from router.state.base import Snapshot
 
 D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=4)
 S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
@@ -84,17 +83,17 @@ def test_no_slo_means_no_breach():
     assert not slo_step(Latch(True, 0.0), figures(10**6), SloConfig(), 10.0).on
 
 
-def context(model: ModelConfig, key: str | None = "k") -> RequestContext:
-    return RequestContext("m", model, stream=True, stickiness_key=key)
+def context(key: str | None = "k") -> RequestContext:
+    return RequestContext("m", stream=True, stickiness_key=key)
 
 
 def test_breached_dedicated_route_is_skipped_with_reason_slo_breach():
     policy = registry.build("dedicated_first", ModelConfig(serverless=(S1,)))
     snapshot = Snapshot(0.0, slo_breached=frozenset({"m/d1"}))
-    decision = policy.decide(context(ModelConfig()), snapshot, (D1, S1))
+    decision = policy.decide(context(), snapshot, (D1, S1))
     assert (decision.targets, decision.reason) == ((S1,), Reason.SLO_BREACH)
     other_model = Snapshot(0.0, slo_breached=frozenset({"other/d1"}))
-    assert policy.decide(context(ModelConfig()), other_model, (D1, S1)).reason is Reason.BASELINE
+    assert policy.decide(context(), other_model, (D1, S1)).reason is Reason.BASELINE
 
 
 # --- engine signal ------------------------------------------------------------------------
@@ -144,7 +143,7 @@ def test_engine_step(sample, latches, on_stale, spill):
 def test_saturated_engine_spills_with_reason_saturated():
     policy = registry.build("dedicated_first", ModelConfig(serverless=(S1,)))
     decision = policy.decide(
-        context(ModelConfig()), Snapshot(0.0, engine_saturated=frozenset({"d1"})), (D1, S1)
+        context(), Snapshot(0.0, engine_saturated=frozenset({"d1"})), (D1, S1)
     )
     assert (decision.targets, decision.reason) == ((S1,), Reason.SATURATED)
 
@@ -191,7 +190,7 @@ FASTEST = ModelConfig(
 )
 def test_fastest_orders_serverless_by_live_p95_ttft(ttft, order):
     policy = registry.build("dedicated_first", FASTEST)
-    decision = policy.decide(context(FASTEST), Snapshot(0.0, ttft=ttft), (D1, S1, S2, S3))
+    decision = policy.decide(context(), Snapshot(0.0, ttft=ttft), (D1, S1, S2, S3))
     assert decision.targets == (D1, *order)
 
 
@@ -199,7 +198,7 @@ def test_fastest_sends_the_explore_share_of_keys_to_unmeasured_routes_first():
     model = FASTEST.model_copy(update={"routing": RoutingConfig(serverless="fastest", explore_percent=10)})
     policy = registry.build("dedicated_first", model)
     snapshot = Snapshot(0.0, ttft={"m/s1": figures(900), "m/s3": figures(600)})
-    firsts = [policy.decide(context(model, f"u{i}"), snapshot, (S1, S2, S3)).targets[0] for i in range(2000)]
+    firsts = [policy.decide(context(f"u{i}"), snapshot, (S1, S2, S3)).targets[0] for i in range(2000)]
     share = firsts.count(S2) / len(firsts)
     assert 0.07 <= share <= 0.13
     assert set(firsts) == {S2, S3}
@@ -255,5 +254,5 @@ FULL = {"d1": 4}
     ],
 )
 def test_waits_in_line_only_when_it_should_beat_serverless(model, snapshot, targets, reason, queue_ms):
-    decision = registry.build("dedicated_first", model).decide(context(model), snapshot, (D1, S1))
+    decision = registry.build("dedicated_first", model).decide(context(), snapshot, (D1, S1))
     assert (decision.targets, decision.reason, decision.queue_ms) == (targets, reason, queue_ms)

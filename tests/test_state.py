@@ -278,10 +278,13 @@ async def test_a_full_line_is_not_joined(store):
     assert await store.try_acquire("p", Slots(1, max_waiters=2), wait_s=10.0) is None  # at once: line full
     assert not any(w.done() for w in waiters)
     await store.release(holder)
-    first = await asyncio.wait_for(waiters[0], 5)
+    # the two joined concurrently, so either may be first in line
+    done, pending = await asyncio.wait(waiters, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 1 and len(pending) == 1, "exactly one waiter takes the one slot"
+    first = done.pop().result()
     assert first is not None
     await store.release(first)
-    second = await asyncio.wait_for(waiters[1], 5)
+    second = await asyncio.wait_for(pending.pop(), 5)
     assert second is not None
 
 

@@ -21,6 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from router.disconnect import unless_client_leaves
+from router.errors import error_body
 from router.sim import bodies
 from router.sim.engine import Engine
 from router.sim.profile import SimProfile
@@ -162,11 +163,7 @@ async def _inject(state: SimState) -> Response | None:
 
 
 def _error(status: int, message: str, kind: str) -> Response:
-    return Response(
-        orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}),
-        status_code=status,
-        media_type=_JSON,
-    )
+    return Response(error_body(message, kind, None, None), status_code=status, media_type=_JSON)
 
 
 def _input_tokens(payload: dict[str, Any]) -> int:

@@ -1,7 +1,7 @@
 """Capacity models: a dedicated replica with shared throughput, and elastic serverless.
 
 `Engine.sequence(input_tokens)` is an async context manager around one request: it waits
-for admission, then yields a `Sequence` whose `first_token()` sleeps until the first token
+for admission, then yields an `EngineSequence` whose `first_token()` sleeps until the first token
 is ready and whose `next_token()` sleeps one inter-token interval. Counters feed /sim/stats
 and /metrics. One event loop; no locks needed.
 """
@@ -37,7 +37,7 @@ class Counters:
         return self.running + self.queued
 
 
-class Sequence:
+class EngineSequence:
     def __init__(self, engine: Engine, input_tokens: int, queue_wait_s: float) -> None:
         self._engine = engine
         self._input_tokens = input_tokens
@@ -68,7 +68,7 @@ class Engine:
         return self._rng
 
     @asynccontextmanager
-    async def sequence(self, input_tokens: int) -> AsyncIterator[Sequence]:
+    async def sequence(self, input_tokens: int) -> AsyncIterator[EngineSequence]:
         c = self.counters
         c.requests += 1
         queued_at = time.monotonic()
@@ -77,7 +77,7 @@ class Engine:
         wait = time.monotonic() - queued_at
         c.queue_waits_s.append(wait)
         try:
-            yield Sequence(self, input_tokens, wait)
+            yield EngineSequence(self, input_tokens, wait)
             c.completed += 1
         except BaseException:
             c.cancelled += 1

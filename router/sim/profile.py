@@ -15,7 +15,7 @@ replace them with your own (`vllm bench serve` against your endpoint gives all t
 Serverless presets reproduce the TTFT tables of the field notes (DESIGN.md, seed 000):
 a log-normal body around the measured p50, a "slow tail" component that moves p95, and rare
 cold loads of 10-90 s (the seed's stated model load times). The p50 and p95 of each preset
-match the table within ~10% (tests/test_sim_profile.py samples them); the CV is lower than
+match the table within ~10% (tests/test_sim.py samples them); the CV is lower than
 the table's extreme values because the cold loads are capped at 90 s.
 """
 
@@ -24,13 +24,11 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 
+from policies.types import EndpointKind
 
-class Kind(StrEnum):
-    DEDICATED = "dedicated"
-    SERVERLESS = "serverless"
+Kind = EndpointKind  # a simulator plays one of the gateway's endpoint kinds
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,11 @@ Contract, for every implementation:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from router.latency import Counts, Figures, Histogram, Metric
+from policies.types import Snapshot
+from router.latency import Counts, Histogram, Metric
 
 
 class StoreUnreachableAtStart(RuntimeError):
@@ -53,26 +54,6 @@ def members(token: str, weight: int) -> list[str]:
     return [token, *(f"{token}#{i}" for i in range(2, weight + 1))]
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """What the store knows now. `now` is a monotonic time in seconds; `in_flight` maps a
-    dedicated pool name to the leases held on it across every process sharing the store and
-    `waiting` to the requests in line for one; `canary_percent` holds the live canary
-    overrides set through the admin API; `ttft` and `e2e` hold each route's figures over the
-    latency window (routes with no samples are absent). The last two sets are verdicts the
-    gateway's signal loop adds (see router/signals.py), by route key and by pool name."""
-
-    now: float
-    in_flight: Mapping[str, int] = field(default_factory=dict)
-    waiting: Mapping[str, int] = field(default_factory=dict)
-    canary_percent: Mapping[str, float] = field(default_factory=dict)  # model -> live override
-    ttft: Mapping[str, Figures] = field(default_factory=dict)  # route key -> figures
-    e2e: Mapping[str, Figures] = field(default_factory=dict)
-    circuit_open: Mapping[str, float] = field(default_factory=dict)  # route key -> cooldown end (`now` clock)
-    slo_breached: frozenset[str] = frozenset()  # route keys over their SLO (with hysteresis)
-    engine_saturated: frozenset[str] = frozenset()  # pools whose engine says stop dispatching
-
-
 class StateStore(Protocol):
     name: str
     degraded: bool  # True while shared state is unreachable and decisions are local
@@ -93,10 +74,12 @@ class StateStore(Protocol):
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         """Open (or extend) `route`'s circuit for every process: the n-th trip since the route
         last closed lasts min(max_cooldown_s, cooldown_s x 2^(n-1)), and never ends earlier
-        than an earlier trip's cooldown. Returns the seconds until it ends."""
+        than an earlier trip's cooldown. Returns the seconds until it ends. StoreUnavailable
+        when the shared store cannot be reached."""
 
     async def reset_circuit(self, route: str) -> None:
-        """Close `route`'s circuit (a probe after the cooldown succeeded)."""
+        """Close `route`'s circuit (a probe after the cooldown succeeded). StoreUnavailable when
+        the shared store cannot be reached."""
 
     async def latency_window(
         self, routes: Sequence[str], metric: Metric, window_s: float

@@ -9,8 +9,9 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 
+from policies.types import Snapshot
 from router.latency import CountBook, Counts, Histogram, LatencyBook, Metric, figures_by_route
-from router.state.base import Lease, Slots, Snapshot
+from router.state.base import Lease, Slots
 
 _REFRESH_S = 1.0
 _MAX_KEEP_S = 3600.0  # in-process history is bounded: an hour of slices at most

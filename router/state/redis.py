@@ -53,6 +53,7 @@ from urllib.parse import urlsplit, urlunsplit
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
+from policies.types import Snapshot
 from router.errors import StoreUnavailable
 from router.latency import (
     ROLLUPS_S,
@@ -69,7 +70,7 @@ from router.latency import (
     rolled_up_counts,
     slices_in_window,
 )
-from router.state.base import Lease, Slots, Snapshot, StoreUnreachableAtStart, members
+from router.state.base import Lease, Slots, StoreUnreachableAtStart, members
 from router.state.memory import MemoryStore
 from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, TRIP
 
@@ -302,13 +303,19 @@ class RedisStore:
 
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         args = [int(cooldown_s * 1000), int(max_cooldown_s * 1000)]
-        left_ms = int(await self._trip(keys=[self.breaker_key(route)], args=args))
+        try:
+            left_ms = int(await self._trip(keys=[self.breaker_key(route)], args=args))
+        except RedisError as exc:
+            raise StoreUnavailable(f"the circuit of {route} could not be opened ({exc})") from exc
         circuits = {**self._snapshot.circuit_open, route: time.monotonic() + left_ms / 1000}
         self._snapshot = replace(self._snapshot, circuit_open=circuits)
         return left_ms / 1000
 
     async def reset_circuit(self, route: str) -> None:
-        await self._redis.delete(self.breaker_key(route))
+        try:
+            await self._redis.delete(self.breaker_key(route))
+        except RedisError as exc:
+            raise StoreUnavailable(f"the circuit of {route} could not be closed ({exc})") from exc
         circuits = {k: v for k, v in self._snapshot.circuit_open.items() if k != route}
         self._snapshot = replace(self._snapshot, circuit_open=circuits)
 
@@ -491,13 +498,13 @@ class RedisStore:
             loop.create_task(self._every(1.0, self.refresh_latency)),
         ]
 
-    async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:
-        """Run `job` every `interval` s until close(); the stop flag is checked on every
+    async def _every(self, interval: float, step: Callable[[], Awaitable[None]]) -> None:
+        """Run `step` every `interval` s until close(); the stop flag is checked on every
         turn because a client library may turn a cancellation into its own error."""
         while not self._stopping.is_set():
             try:
-                await job()
+                await step()
             except (RedisError, StoreUnavailable) as exc:
-                log.warning("state store: background %s failed: %s", job.__name__, exc)
+                log.warning("state store: background %s failed: %s", step.__name__, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), interval)

@@ -1,0 +1,74 @@
+"""The vocabulary policies decide in: endpoint kinds, route names, windowed latency figures,
+the snapshot of shared state, and the little a policy may know of an endpoint. It lives here
+so that `policies` imports nothing from the gateway: `router` builds these values and imports
+them from here, never the reverse (tests/test_layers.py holds that rule)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, TypeVar
+
+
+class EndpointKind(StrEnum):
+    DEDICATED = "dedicated"
+    SERVERLESS = "serverless"
+
+
+class Target(Protocol):
+    """What a policy reads of an endpoint: its name, its kind, and its slots (dedicated only;
+    None for serverless). The gateway's endpoint configs satisfy it as they are."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> EndpointKind: ...
+
+    @property
+    def max_concurrency(self) -> int | None: ...
+
+
+T = TypeVar("T", bound=Target)
+
+
+def is_dedicated(target: Target) -> bool:
+    return target.kind is EndpointKind.DEDICATED
+
+
+def route_key(model: str, endpoint: str) -> str:
+    """The name of a route (model, endpoint) in stores, snapshots and metrics."""
+    return f"{model}/{endpoint}"
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Summary of a latency histogram: milliseconds, `cv` as a fraction (std / mean)."""
+
+    samples: int
+    p50: float
+    p95: float
+    p99: float
+    mean: float
+    cv: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the state store knows now. `now` is a monotonic time in seconds; `in_flight` maps a
+    dedicated pool name to the leases held on it across every process sharing the store and
+    `waiting` to the requests in line for one; `canary_percent` holds the live canary
+    overrides set through the admin API; `ttft` and `e2e` hold each route's figures over the
+    latency window (routes with no samples are absent). The last two sets are verdicts the
+    gateway's signal loop adds (see router/signals.py), by route key and by pool name."""
+
+    now: float
+    in_flight: Mapping[str, int] = field(default_factory=dict)
+    waiting: Mapping[str, int] = field(default_factory=dict)
+    canary_percent: Mapping[str, float] = field(default_factory=dict)  # model -> live override
+    ttft: Mapping[str, Figures] = field(default_factory=dict)  # route key -> figures
+    e2e: Mapping[str, Figures] = field(default_factory=dict)
+    circuit_open: Mapping[str, float] = field(default_factory=dict)  # route key -> cooldown end (`now` clock)
+    slo_breached: frozenset[str] = frozenset()  # route keys over their SLO (with hysteresis)
+    engine_saturated: frozenset[str] = frozenset()  # pools whose engine says stop dispatching
