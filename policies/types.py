@@ -72,3 +72,12 @@ class Snapshot:
     circuit_open: Mapping[str, float] = field(default_factory=dict)  # route key -> cooldown end (`now` clock)
     slo_breached: frozenset[str] = frozenset()  # route keys over their SLO (with hysteresis)
     engine_saturated: frozenset[str] = frozenset()  # pools whose engine says stop dispatching
+
+    def queue_depth(self, pool: str) -> int:
+        """Requests holding a slot on `pool` plus those in line for one."""
+        return self.in_flight.get(pool, 0) + self.waiting.get(pool, 0)
+
+    def half_open(self, route: str) -> bool:
+        """`route`'s circuit was opened and its cooldown is over: the next attempt is a probe."""
+        until = self.circuit_open.get(route)
+        return until is not None and until <= self.now

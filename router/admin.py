@@ -56,7 +56,7 @@ def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> 
                     "max_concurrency": d.max_concurrency,
                     "in_flight": snapshot.in_flight.get(d.name, 0),
                     "waiting": snapshot.waiting.get(d.name, 0),
-                    "queue_depth": snapshot.in_flight.get(d.name, 0) + snapshot.waiting.get(d.name, 0),
+                    "queue_depth": snapshot.queue_depth(d.name),
                     "slo_breached": route_key(model, d.name) in snapshot.slo_breached,
                     "engine_saturated": d.name in snapshot.engine_saturated,
                 }
@@ -109,7 +109,7 @@ def _circuit(snapshot: Snapshot, route: str) -> dict[str, Any]:
     until = snapshot.circuit_open.get(route)
     if until is None:
         return {"state": "closed"}
-    if until <= snapshot.now:
+    if snapshot.half_open(route):
         return {"state": "half_open"}
     return {"state": "open", "cooldown_left_s": round(until - snapshot.now, 2)}
 

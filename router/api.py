@@ -23,9 +23,10 @@ from router.config import GatewayConfig, LimitsConfig
 from router.disconnect import unless_client_leaves
 from router.dispatch import Dispatcher, Reply
 from router.errors import ClientTooSlow, InvalidRequest, PayloadTooLarge
+from router.openai import PATHS
 from router.state.base import StateStore
 
-PROXIED_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses")
+PROXIED_PATHS = tuple(PATHS)
 log = logging.getLogger("tidegate")
 _JSON = "application/json"
 

@@ -19,7 +19,6 @@ from starlette.responses import Response
 
 from policies import registry
 from policies.base import Policy
-from policies.types import route_key
 from router import api
 from router.admin import admin_router
 from router.auth import ApiKeys
@@ -57,7 +56,7 @@ def build_policies(config: GatewayConfig) -> Mapping[str, Policy]:
 def store_for(config: GatewayConfig) -> StateStore:
     """The store the config asks for: Redis when `state.redis_url` is set, else in-memory."""
     state = config.state
-    routes = [route_key(name, e.name) for name, model in config.models.items() for e in model.endpoints]
+    routes = config.route_keys()
     if not state.redis_url:
         return MemoryStore(routes, window_s=state.window_s, retention_s=state.retention_s)
     pools = [d.name for model in config.models.values() for d in model.dedicated]

@@ -80,14 +80,13 @@ class Breakers:
             return
         counts = self._counts.setdefault(route, RouteCounts())
         counts.add(ok, time.monotonic(), config.window_s)
-        until = snapshot.circuit_open.get(route)
         if ok:
-            if until is not None and until <= snapshot.now:  # a probe after the cooldown: close
+            if snapshot.half_open(route):  # a probe after the cooldown: close
                 counts.window.clear()
                 counts.failures_in_window = 0
                 self._background(self._reset(route))
             return
-        if until is not None or counts.broken(config):
+        if route in snapshot.circuit_open or counts.broken(config):
             counts.consecutive_failures = 0  # the next trip needs fresh evidence
             self._background(self._trip(route, config))
 

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from policies.serverless import ServerlessOrder
-from policies.types import EndpointKind
+from policies.types import EndpointKind, route_key
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -244,6 +244,10 @@ class GatewayConfig(_Frozen):
         if not models:
             raise ValueError("at least one model must be configured")
         return models
+
+    def route_keys(self) -> list[str]:
+        """Every route (model, endpoint) the config defines, as the stores and reports name it."""
+        return [route_key(name, e.name) for name, model in self.models.items() for e in model.endpoints]
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> GatewayConfig:

@@ -38,7 +38,7 @@ from router.errors import (
 )
 from router.job import Job, ms_since, overhead_ms, served_outcome
 from router.latency import Metric
-from router.openai import RequestPeek, peek, upstream_body
+from router.openai import PATHS, RequestPeek, peek, upstream_body
 from router.records import Attempt, Measures, RetryOutcome
 from router.relay import StreamResult, relay_stream
 from router.signals import Signals
@@ -50,7 +50,6 @@ from router.telemetry import (
 from router.upstream import Upstream, response_headers
 
 # Paths whose streams end with `data: [DONE]` and accept `stream_options.include_usage`.
-_DONE_TERMINATED = frozenset({"/chat/completions", "/completions"})
 _MAX_RETRY_AFTER_S = 30.0
 
 log = logging.getLogger("tidegate")
@@ -162,7 +161,7 @@ class Dispatcher:
         """The upstream body for `target`, encoded once per upstream model id."""
         body = job.bodies.get(target.model)
         if body is None:
-            ask_usage = job.path in _DONE_TERMINATED
+            ask_usage = PATHS[job.path].done_terminated
             body = job.bodies[target.model] = upstream_body(job.request, target.model, ask_usage=ask_usage)
         return body
 
@@ -308,8 +307,8 @@ class Dispatcher:
         relayed = relay_stream(
             _prepend(first, chunks),
             result,
-            drop_usage=job.path in _DONE_TERMINATED and not job.request.wants_usage,
-            expect_done=job.path in _DONE_TERMINATED,
+            drop_usage=PATHS[job.path].done_terminated and not job.request.wants_usage,
+            expect_done=PATHS[job.path].done_terminated,
             max_event_bytes=self._limits.max_event_bytes,
         )
 

@@ -9,12 +9,32 @@ upstream burn capacity for nothing (an absurd output-token limit), are checked h
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import orjson
 
 from router.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ApiPath:
+    """What the gateway knows of one proxied OpenAI path (relative to /v1)."""
+
+    operation: str  # OpenTelemetry's gen_ai.operation.name
+    done_terminated: bool  # its streams end with `data: [DONE]` and may carry usage on request
+
+
+PATHS: Mapping[str, ApiPath] = MappingProxyType(
+    {
+        "/chat/completions": ApiPath("chat", done_terminated=True),
+        "/completions": ApiPath("text_completion", done_terminated=True),
+        "/embeddings": ApiPath("embeddings", done_terminated=False),
+        "/responses": ApiPath("chat", done_terminated=False),
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,7 +88,7 @@ async def routes_report(
     config: GatewayConfig, store: Windows, snapshot: Snapshot, window_s: float
 ) -> dict[str, Any]:
     """The report over the last `window_s` seconds; `snapshot` supplies the live in-flight."""
-    routes = [route_key(m, e.name) for m, model in config.models.items() for e in model.endpoints]
+    routes = config.route_keys()
     unrouted = [route_key(m, UNROUTED) for m in config.models]
     histograms = {metric: await store.latency_window(routes, metric, window_s) for metric in Metric}
     counts = await store.counts_window([*routes, *unrouted], window_s)
@@ -116,7 +116,7 @@ async def routes_report(
             if isinstance(endpoint, DedicatedEndpoint):
                 in_flight = snapshot.in_flight.get(endpoint.name, 0)
                 entry["in_flight"] = in_flight
-                entry["queue_depth"] = in_flight + snapshot.waiting.get(endpoint.name, 0)
+                entry["queue_depth"] = snapshot.queue_depth(endpoint.name)
                 busy_s = c.get("busy_ms", 0.0) / 1000
                 entry["utilization"] = round(busy_s / (endpoint.max_concurrency * spanned), 4)
             per_route[endpoint.name] = entry

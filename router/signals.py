@@ -29,6 +29,7 @@ from policies.hysteresis import Latch
 from policies.slo import slo_step
 from policies.types import Snapshot, route_key
 from router.config import EngineSignalConfig, GatewayConfig, SloConfig
+from router.periodic import every
 
 log = logging.getLogger("tidegate.signals")
 
@@ -152,14 +153,12 @@ class Signals:
         if self._tasks or not (self._slo or self._engines):
             return
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._tick_forever()))
+        self._tasks.append(loop.create_task(every(TICK_S, self._tick_now)))
         if self._engines:
             self._tasks.append(loop.create_task(self._scrape_forever()))
 
-    async def _tick_forever(self) -> None:
-        while True:
-            self.tick(time.monotonic())
-            await asyncio.sleep(TICK_S)
+    async def _tick_now(self) -> None:
+        self.tick(time.monotonic())
 
     async def _scrape_forever(self) -> None:
         async with httpx.AsyncClient() as client:

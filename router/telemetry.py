@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 from policies.base import Reason
 from policies.types import Snapshot
 from router.config import Endpoint
+from router.openai import PATHS
 from router.records import Outcome
 
 # GenAI semantic conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/)
@@ -57,13 +58,6 @@ KIND = "tidegate.kind"
 REASON = "tidegate.reason"
 OUTCOME = "tidegate.outcome"
 ATTEMPT = "tidegate.attempt"
-
-OPERATIONS = {
-    "/chat/completions": "chat",
-    "/completions": "text_completion",
-    "/embeddings": "embeddings",
-    "/responses": "chat",
-}
 
 # Buckets for LLM latencies: 5 ms .. 2 min (TTFT, e2e) and 1 ms .. 2 s (ITL, overhead).
 _LATENCY_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -196,7 +190,7 @@ class Telemetry:
             for k, v in headers
             if k in (b"traceparent", b"tracestate")
         }
-        operation = OPERATIONS.get(path, "chat")
+        operation = PATHS[path].operation if path in PATHS else "chat"
         return self.tracer.start_span(
             f"{operation} {model}",
             context=extract(carrier),
@@ -255,7 +249,7 @@ class _LiveGauges(Collector):
         )
         for pool, n in snapshot.in_flight.items():
             in_flight.add_metric([pool], n)
-            depth.add_metric([pool], n + snapshot.waiting.get(pool, 0))
+            depth.add_metric([pool], snapshot.queue_depth(pool))
         degraded = GaugeMetricFamily(
             "tidegate_state_store_degraded", "1 while the shared store is unreachable"
         )

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from policies.types import Snapshot
 from router.latency import CountBook, Counts, Histogram, LatencyBook, Metric, figures_by_route
+from router.periodic import every
 from router.state.base import Lease, Slots
 
 _REFRESH_S = 1.0
@@ -141,12 +142,7 @@ class MemoryStore:
 
     async def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._refresh_forever())
-
-    async def _refresh_forever(self) -> None:
-        while True:
-            await self.refresh()
-            await asyncio.sleep(_REFRESH_S)
+            self._task = asyncio.get_running_loop().create_task(every(_REFRESH_S, self.refresh))
 
     async def ping(self) -> bool:
         return True

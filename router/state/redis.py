@@ -45,7 +45,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -70,6 +70,7 @@ from router.latency import (
     rolled_up_counts,
     slices_in_window,
 )
+from router.periodic import every
 from router.state.base import Lease, Slots, StoreUnreachableAtStart, members
 from router.state.memory import MemoryStore
 from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, TRIP
@@ -491,20 +492,13 @@ class RedisStore:
                 exc,
             )
         loop = asyncio.get_running_loop()
+        survives = (RedisError, StoreUnavailable)  # Redis away: log, keep trying
         self._tasks = [
-            loop.create_task(self._every(self._refresh_s, self.refresh)),
-            loop.create_task(self._every(self._ttl_ms / 3000, self.renew)),
-            loop.create_task(self._every(self._flush_s, self.flush)),
-            loop.create_task(self._every(1.0, self.refresh_latency)),
+            loop.create_task(every(interval, step, self._stopping, survives=survives))
+            for interval, step in (
+                (self._refresh_s, self.refresh),
+                (self._ttl_ms / 3000, self.renew),
+                (self._flush_s, self.flush),
+                (1.0, self.refresh_latency),
+            )
         ]
-
-    async def _every(self, interval: float, step: Callable[[], Awaitable[None]]) -> None:
-        """Run `step` every `interval` s until close(); the stop flag is checked on every
-        turn because a client library may turn a cancellation into its own error."""
-        while not self._stopping.is_set():
-            try:
-                await step()
-            except (RedisError, StoreUnavailable) as exc:
-                log.warning("state store: background %s failed: %s", step.__name__, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
