@@ -15,7 +15,7 @@ replace them with your own (`vllm bench serve` against your endpoint gives all t
 Serverless presets reproduce the TTFT tables of the field notes (DESIGN.md, seed 000):
 a log-normal body around the measured p50, a "slow tail" component that moves p95, and rare
 cold loads of 10-90 s (the seed's stated model load times). The p50 and p95 of each preset
-match the table within ~10% (tests/test_sim.py samples them); the CV is lower than
+match the table within ~10% (tests/router/test_sim.py samples them); the CV is lower than
 the table's extreme values because the cold loads are capped at 90 s.
 """
 

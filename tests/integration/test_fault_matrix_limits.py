@@ -25,7 +25,7 @@ from tests.servers import CliProcess, RawUpstream, RedisServer, Sim, http_respon
 COUNT, CONCURRENCY = 16, 4
 RSS_BOUND_MB = 48  # what a resource case may leave behind; unbounded, the same cases grew it by 80-760 MB
 LIMITS = (
-    "{max_in_flight: 24, header_timeout_s: 0.5, body_timeout_s: 0.5, client_write_timeout_s: 0.5,"
+    "{max_in_flight: 24, header_timeout_s: 1.5, body_timeout_s: 1.5, client_write_timeout_s: 0.5,"
     " max_header_bytes: 16384, max_response_bytes: 4194304, max_event_bytes: 1048576}"
 )
 TIMEOUTS = "timeouts: {connect_s: 1, ttft_s: 2, idle_s: 2, total_s: 20}"
@@ -206,7 +206,10 @@ def refused_with(*statuses: bytes) -> Callable[[bytes], str]:
 
 
 def stall(conn: socket.socket) -> None:
-    threading.Event().wait(2.0)  # the subject of the case: a client that stops sending
+    # the subject of the case: a client that stops sending, well past the header and body
+    # timeouts (1.5 s: above what a starved client thread of this test process may take
+    # between its connect and its headers, which the timeout also counts)
+    threading.Event().wait(4.0)
 
 
 CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"

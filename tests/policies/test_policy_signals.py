@@ -142,9 +142,7 @@ def test_engine_step(sample, latches, on_stale, spill):
 
 def test_saturated_engine_spills_with_reason_saturated():
     policy = registry.build("dedicated_first", ModelConfig(serverless=(S1,)))
-    decision = policy.decide(
-        context(), Snapshot(0.0, engine_saturated=frozenset({"d1"})), (D1, S1)
-    )
+    decision = policy.decide(context(), Snapshot(0.0, engine_saturated=frozenset({"d1"})), (D1, S1))
     assert (decision.targets, decision.reason) == ((S1,), Reason.SATURATED)
 
 

@@ -10,7 +10,7 @@ import openai
 
 from tests.servers import CliProcess, free_port_iter, run_cli, wait_until
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "tidegate.yaml"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "tidegate.yaml"
 
 
 def test_check_config_accepts_the_example():

@@ -8,7 +8,7 @@ import pytest
 
 from router.config import ConfigError, DedicatedEndpoint, load_config, parse_config
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "tidegate.yaml"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "tidegate.yaml"
 MINIMAL = """
 auth: {allow_anonymous: true}
 models:

@@ -13,8 +13,15 @@ import pytest
 from router.latency import Metric
 from router.state.base import Slots
 from router.state.redis import RedisStore
+from tests.integration.test_shared_state import (
+    CAPACITY,
+    _route_via,
+    burst,
+    serverless,
+    slow_dedicated,
+    write_config,
+)
 from tests.servers import CliProcess, RedisClusterServers, Sim, wait_until
-from tests.test_shared_state import CAPACITY, _route_via, burst, serverless, slow_dedicated, write_config
 
 POOLS = [f"pool-{i}" for i in range(8)]
 

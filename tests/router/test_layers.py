@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REQUEST_PATH = {"dispatch", "api", "app", "relay", "upstream", "bookkeeping", "breaker", "signals", "job"}
 
 
