@@ -13,7 +13,7 @@ from opentelemetry.trace import Span, StatusCode
 from policies.canary import bucket
 from policies.types import route_key
 from router.config import DedicatedEndpoint, Endpoint
-from router.job import Job, ms_since, served_outcome
+from router.job import Job, ms_since
 from router.latency import Metric
 from router.records import Measures, Outcome, Recorder, RetryOutcome
 from router.relay import StreamResult, Usage, usage_of_body
@@ -52,9 +52,11 @@ class Books:
     def body_done(self, job: Job, target: Endpoint, status: int, body: bytes) -> None:
         """A served body answer (error answers are recorded by the dispatcher's failure path)."""
         usage = usage_of_body(body) or Usage()
-        self.observe(route_key(job.request.model, target.name), Metric.E2E, ms_since(job.attempt_started))
+        self.observe(
+            route_key(job.facts.request.model, target.name), Metric.E2E, ms_since(job.attempt_started)
+        )
         measures = Measures(None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms)
-        self.record(job, target, status, measures, served_outcome(job, target))
+        self.record(job, target, status, measures, job.walk.served_outcome())
 
     def stream_done(self, job: Job, target: Endpoint, status: int, result: StreamResult) -> None:
         usage = result.usage or Usage()
@@ -65,7 +67,7 @@ class Books:
             error = result.cut
         elif not result.completed:
             error = "client_gone"
-        ttft = (result.first_token_at - job.received_at) * 1000 if result.first_token_at else None
+        ttft = (result.first_token_at - job.facts.received_at) * 1000 if result.first_token_at else None
         itl = self._observe_stream(job, target, result, served=error is None)
         estimated = usage.output_tokens is None
         output = result.output_events if estimated else usage.output_tokens
@@ -78,7 +80,7 @@ class Books:
         elif error is not None:
             outcome = RetryOutcome.CLIENT_GONE
         else:
-            outcome = served_outcome(job, target)
+            outcome = job.walk.served_outcome()
         self.record(job, target, status, measures, outcome)
 
     def _observe_stream(
@@ -87,7 +89,7 @@ class Books:
         """The route's own latency: from this attempt's request, not from the client's (a
         failover's earlier attempts and the wait in line are not the route's doing).
         Returns the stream's mean inter-token latency (ms) when it had 2+ output events."""
-        route = route_key(job.request.model, target.name)
+        route = route_key(job.facts.request.model, target.name)
         itl = None
         if result.first_token_at:
             self.observe(route, Metric.TTFT, (result.first_token_at - job.attempt_started) * 1000)
@@ -107,18 +109,18 @@ class Books:
             _end_spans(job, target, status, measures, outcome)
         self._recorder.record(
             Outcome(
-                model=job.request.model,
+                model=job.facts.request.model,
                 route=target.name if target else None,
                 kind=target.kind if target else None,
-                reason=job.reason,
+                reason=job.walk.reason,
                 status=status,
-                stream=job.request.stream,
-                e2e_ms=ms_since(job.received_at),
+                stream=job.facts.request.stream,
+                e2e_ms=ms_since(job.facts.received_at),
                 measures=measures,
                 outcome=outcome,
-                attempts=tuple(job.attempts),
+                attempts=tuple(job.walk.attempts),
                 retry_budget_denied=job.budget_denied,
-                stickiness_bucket=bucket(job.request.model, job.stickiness_key),
+                stickiness_bucket=bucket(job.facts.request.model, job.facts.stickiness_key),
                 overhead_ms=job.overhead_ms,
             )
         )
@@ -130,19 +132,19 @@ class Books:
         counts: dict[str, float] = {
             "requests": 1,
             f"outcome:{outcome.value}": 1,
-            f"reason:{job.reason.value}": 1,
+            f"reason:{job.walk.reason.value}": 1,
         }
         if status >= 400 or measures.error is not None:
             counts["errors"] = 1
-        if len(job.attempts) > 1:
-            counts["retries"] = len(job.attempts) - 1
+        if len(job.walk.attempts) > 1:
+            counts["retries"] = len(job.walk.attempts) - 1
         if measures.input_tokens:
             counts["tokens_in"] = measures.input_tokens
         if measures.output_tokens:
             counts["tokens_out"] = measures.output_tokens
         if isinstance(target, DedicatedEndpoint) and job.attempt_started:
             counts["busy_ms"] = ms_since(job.attempt_started)  # slot held: admission -> now
-        self._store.count(route_key(job.request.model, target.name if target else "-"), counts)
+        self._store.count(route_key(job.facts.request.model, target.name if target else "-"), counts)
 
 
 def _end_spans(
@@ -153,7 +155,7 @@ def _end_spans(
         end_span(job.attempt_span, error)
     span = job.span
     assert span is not None
-    span.set_attribute(REASON, job.reason.value)
+    span.set_attribute(REASON, job.walk.reason.value)
     span.set_attribute(OUTCOME, outcome.value)
     span.set_attribute("http.response.status_code", status)
     if target is not None:

@@ -21,8 +21,9 @@ import anyio
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
-from policies.base import Policy, Reason, RequestContext
+from policies.base import Policy, RequestContext
 from policies.types import route_key
+from router.attempts import Walk, tidegate_headers
 from router.bookkeeping import Books, end_span
 from router.breaker import Breakers
 from router.budget import RetryBudget
@@ -36,7 +37,7 @@ from router.errors import (
     UpstreamFailure,
     UpstreamStatus,
 )
-from router.job import Job, ms_since, overhead_ms, served_outcome
+from router.job import Facts, Job, ms_since, overhead_ms
 from router.latency import Metric
 from router.openai import PATHS, RequestPeek, peek, upstream_body
 from router.records import Attempt, Measures, RetryOutcome
@@ -124,25 +125,17 @@ class Dispatcher:
         context = RequestContext(request.model, request.stream, key)
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
-        job = Job(
-            path,
-            request,
-            config,
-            headers,
-            received_at,
-            decision,
-            decision.reason,
-            snapshot,
-            stickiness_key=key,
-            client_ip=client_ip,
+        remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
+        deadline = asyncio.get_running_loop().time() + remaining_s
+        facts = Facts(
+            path, request, config, headers, received_at, snapshot, key, client_ip, deadline, decision.queue_ms
         )
+        job = Job(facts, Walk(decision.targets, decision.reason))
         self._body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
         job.span = self._telemetry.start_request(path, request.model, headers)
         self._budgets[request.model].request()
-        remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
-        job.deadline = asyncio.get_running_loop().time() + remaining_s
         try:
-            async with asyncio.timeout_at(job.deadline):  # a stream's relay keeps to it too
+            async with asyncio.timeout_at(deadline):  # a stream's relay keeps to it too
                 return await self._attempts(job)
         except UpstreamFailure as exc:
             return self._failed(job, exc)
@@ -150,7 +143,7 @@ class Dispatcher:
             return self._failed(job, RequestTimeout(REQUEST_TIMEOUT_MESSAGE))
         except asyncio.CancelledError:  # the client left (or the server stops) before an answer
             self._books.record(
-                job, job.last_target, 499, Measures(error="client_gone"), RetryOutcome.CLIENT_GONE
+                job, job.walk.last, 499, Measures(error="client_gone"), RetryOutcome.CLIENT_GONE
             )
             raise
         except Exception as exc:  # a bug of ours: logged and recorded, never a lost request
@@ -161,13 +154,15 @@ class Dispatcher:
         """The upstream body for `target`, encoded once per upstream model id."""
         body = job.bodies.get(target.model)
         if body is None:
-            ask_usage = PATHS[job.path].done_terminated
-            body = job.bodies[target.model] = upstream_body(job.request, target.model, ask_usage=ask_usage)
+            ask_usage = PATHS[job.facts.path].done_terminated
+            body = job.bodies[target.model] = upstream_body(
+                job.facts.request, target.model, ask_usage=ask_usage
+            )
         return body
 
     async def _attempts(self, job: Job) -> Reply:
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(job.config.retry.attempts),
+            stop=stop_after_attempt(job.facts.config.retry.attempts),
             wait=lambda state: self._wait(job, state),
             retry=lambda state: self._should_retry(job, state),
             reraise=True,
@@ -185,13 +180,13 @@ class Dispatcher:
         exc = state.outcome.exception() if state.outcome else None
         if not isinstance(exc, UpstreamFailure) or not exc.is_retryable:
             return False
-        if state.attempt_number >= job.config.retry.attempts:
+        if state.attempt_number >= job.facts.config.retry.attempts:
             return False
-        if self._fails_over(job, exc):
+        if _fails_over(job, exc):
             return True
         if not exc.retry_same:
             return False
-        if self._budgets[job.request.model].try_retry():
+        if self._budgets[job.facts.request.model].try_retry():
             return True
         job.budget_denied = True
         return False
@@ -208,39 +203,38 @@ class Dispatcher:
             raise
 
     async def _call(self, job: Job, target: Endpoint, lease: Lease | None) -> Reply:
+        facts, walk = job.facts, job.walk
         started = job.attempt_started = time.monotonic()
         body = self._body_for(job, target)
-        job.attempt_span = self._telemetry.start_attempt(job.span, len(job.attempts) + 1, target)
+        job.attempt_span = self._telemetry.start_attempt(job.span, len(walk.attempts) + 1, target)
         context = trace_headers(job.attempt_span)
+        route = route_key(facts.request.model, target.name)
         response: httpx.Response | None = None
         try:
             response = await self._upstream.open(
-                target, job.path, body, job.headers, trace_context=context, client_ip=job.client_ip
+                target, facts.path, body, facts.headers, trace_context=context, client_ip=facts.client_ip
             )
-            if job.request.stream:
+            if facts.request.stream:
                 reply = await self._stream_reply(job, target, response, lease)
             else:
                 reply = await self._body_reply(job, target, response)
         except UpstreamFailure as exc:
-            job.attempts.append(Attempt(target.name, type(exc).__name__, ms_since(started), exc.detail))
+            walk.failed(Attempt(target.name, type(exc).__name__, ms_since(started), exc.detail))
             end_span(job.attempt_span, type(exc).__name__)
             if exc.blames_endpoint:
-                self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
-            job.cursor += 1
+                self._breakers.record(route, False, facts.snapshot)
             raise
         except BaseException as exc:  # cancelled, or a bug: close what was opened, shielded
             name = "Cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
-            job.attempts.append(Attempt(target.name, name, ms_since(started)))
+            walk.ended(Attempt(target.name, name, ms_since(started)))
             if response is not None:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
             raise
-        job.attempts.append(Attempt(target.name, None, ms_since(started)))  # open() raised for >= 400
-        self._breakers.record(route_key(job.request.model, target.name), True, job.snapshot)
-        reply.headers["x-tidegate-attempts"] = str(len(job.attempts))
-        reply.headers["x-tidegate-outcome"] = served_outcome(job, target).value
+        walk.ended(Attempt(target.name, None, ms_since(started)))  # open() raised for >= 400
+        self._breakers.record(route, True, facts.snapshot)
         job.overhead_ms = overhead_ms(job)
-        reply.headers["x-tidegate-overhead-ms"] = f"{job.overhead_ms:.3f}"
+        reply.headers.update(tidegate_headers(walk, walk.served_outcome(), job.overhead_ms))
         if reply.stream is None:
             reply.on_close = lambda: self._close_body(job, target, reply, lease)
         return reply
@@ -251,53 +245,47 @@ class Dispatcher:
         self._books.body_done(job, target, reply.status, reply.body)
 
     async def _admit(self, job: Job) -> tuple[Endpoint, Lease | None]:
-        """The next target that admits the request, walking the decision from the cursor;
-        a full dedicated pool is skipped (`saturated`)."""
-        targets = job.decision.targets
-        for step in range(len(targets)):
-            target = targets[(job.cursor + step) % len(targets)]
+        """The next target that admits the request, walking on from the cursor; a dedicated
+        pool that is full, or too small for the request's sequences, is skipped (`saturated`)."""
+        walk, sequences = job.walk, job.facts.request.sequences
+        for skipped, target in walk.ahead():
             if not isinstance(target, DedicatedEndpoint):
-                self._note_target(job, target, step)
+                walk.begin(target, skipped)
                 return target, None
-            if job.request.sequences > target.max_concurrency:  # n/best_of would never fit
-                job.reason = Reason.SATURATED
+            if sequences > target.max_concurrency:  # n/best_of would never fit
+                walk.saturated()
                 continue
-            lease = await self._acquire(job, target, first=step == 0 and not job.attempts)
+            lease = await self._acquire(job, target, first=skipped == 0 and not walk.attempts)
             if lease is not None:
                 self._signals.dispatched(target.name)
-                self._note_target(job, target, step)
+                walk.begin(target, skipped)
                 return target, lease
-            job.reason = Reason.SATURATED
-        raise NoCapacity(f"every dedicated endpoint of {job.request.model} is at capacity")
+            walk.saturated()
+        raise NoCapacity(f"every dedicated endpoint of {job.facts.request.model} is at capacity")
 
     async def _acquire(self, job: Job, target: DedicatedEndpoint, *, first: bool) -> Lease | None:
         """A slot on `target`; the first try may wait in line as long as the policy allowed."""
-        wait_s = job.decision.queue_ms / 1000.0 if first else 0.0
-        slots = Slots(target.max_concurrency, job.request.sequences, target.max_waiters)
+        wait_s = job.facts.queue_ms / 1000.0 if first else 0.0
+        slots = Slots(target.max_concurrency, job.facts.request.sequences, target.max_waiters)
         if wait_s <= 0:
             return await self._store.try_acquire(target.name, slots)
         started = time.monotonic()
         lease = await self._store.try_acquire(target.name, slots, wait_s)
         job.queue_ms = ms_since(started)
-        self._books.observe(route_key(job.request.model, target.name), Metric.QUEUE, job.queue_ms)
+        self._books.observe(route_key(job.facts.request.model, target.name), Metric.QUEUE, job.queue_ms)
         return lease
-
-    def _note_target(self, job: Job, target: Endpoint, skipped: int) -> None:
-        job.cursor += skipped
-        if job.attempts and job.attempts[-1].error is not None and target != job.last_target:
-            job.reason = Reason.FAILOVER
-        job.last_target = target
 
     async def _body_reply(self, job: Job, target: Endpoint, response: httpx.Response) -> Reply:
         payload = await self._upstream.read(response, target, self._limits.max_response_bytes)
-        return Reply(response.status_code, self._headers(job, target, response), payload)
+        return Reply(response.status_code, response_headers(response), payload)
 
     async def _stream_reply(
         self, job: Job, target: Endpoint, response: httpx.Response, lease: Lease | None
     ) -> Reply:
         """Wait for the upstream's first whole event before answering the client: until then a
         stall or a failure can still be retried elsewhere."""
-        chunks = self._upstream.chunks(response, target, job.deadline)
+        facts = job.facts
+        chunks = self._upstream.chunks(response, target, facts.deadline)
         try:
             first = await self._upstream.first_event(response, chunks, target, self._limits.max_event_bytes)
         except UpstreamFailure:
@@ -307,8 +295,8 @@ class Dispatcher:
         relayed = relay_stream(
             _prepend(first, chunks),
             result,
-            drop_usage=PATHS[job.path].done_terminated and not job.request.wants_usage,
-            expect_done=PATHS[job.path].done_terminated,
+            drop_usage=PATHS[facts.path].done_terminated and not facts.request.wants_usage,
+            expect_done=PATHS[facts.path].done_terminated,
             max_event_bytes=self._limits.max_event_bytes,
         )
 
@@ -316,67 +304,55 @@ class Dispatcher:
             await response.aclose()
             await self._release(lease)
             if isinstance(result.error, UpstreamFailure):  # the upstream failed mid-stream
-                self._breakers.record(route_key(job.request.model, target.name), False, job.snapshot)
+                self._breakers.record(route_key(facts.request.model, target.name), False, facts.snapshot)
             self._books.stream_done(job, target, response.status_code, result)
 
         return Reply(
             response.status_code,
-            self._headers(job, target, response),
+            response_headers(response),
             stream=relayed,
             on_close=close,
             result=result,
         )
 
     def _failed(self, job: Job, exc: GatewayError) -> Reply:
-        target = job.last_target
-        headers = self._headers(job, target, None)
-        headers["x-tidegate-attempts"] = str(len(job.attempts))
-        if exc.retry_after_s is not None:
-            headers["retry-after"] = f"{exc.retry_after_s:g}"
-        elif isinstance(exc, NoCapacity):
-            headers["retry-after"] = "1"
-        headers["content-type"] = "application/json"
         if isinstance(exc, UpstreamStatus) and not exc.is_retryable:
             outcome = RetryOutcome.CLIENT_ERROR
         elif isinstance(exc, UpstreamFailure | RequestTimeout):
             outcome = RetryOutcome.EXHAUSTED
         else:
             outcome = RetryOutcome.INTERNAL_ERROR
-        headers["x-tidegate-outcome"] = outcome.value
-        self._books.record(job, target, exc.status_code, Measures(error=type(exc).__name__), outcome)
+        headers = tidegate_headers(job.walk, outcome)
+        if exc.retry_after_s is not None:
+            headers["retry-after"] = f"{exc.retry_after_s:g}"
+        elif isinstance(exc, NoCapacity):
+            headers["retry-after"] = "1"
+        headers["content-type"] = "application/json"
+        self._books.record(job, job.walk.last, exc.status_code, Measures(error=type(exc).__name__), outcome)
         return Reply(exc.status_code, headers, exc.body())
-
-    def _headers(self, job: Job, target: Endpoint | None, response: httpx.Response | None) -> dict[str, str]:
-        headers = response_headers(response) if response is not None else {}
-        if target is not None:
-            headers["x-tidegate-route"] = target.name
-            headers["x-tidegate-kind"] = target.kind.value
-        headers["x-tidegate-reason"] = job.reason.value
-        return headers
 
     async def _release(self, lease: Lease | None) -> None:
         if lease is not None:
             self._signals.completed(lease.pool)
             await self._store.release(lease)
 
-    @staticmethod
-    def _fails_over(job: Job, exc: BaseException | None) -> bool:
-        """Whether the next attempt goes to a different endpoint than the last one."""
-        targets = job.decision.targets
-        return targets[job.cursor % len(targets)] != job.last_target and not isinstance(exc, NoCapacity)
-
     def _wait(self, job: Job, state: RetryCallState) -> float:
         """No wait before a different endpoint; backoff or Retry-After before the same one."""
         exc = state.outcome.exception() if state.outcome else None
-        if self._fails_over(job, exc):
+        if _fails_over(job, exc):
             return 0.0
         if isinstance(exc, GatewayError) and exc.retry_after_s is not None:
             wait = min(exc.retry_after_s, _MAX_RETRY_AFTER_S)
         else:
-            base = job.config.retry.backoff_ms / 1000.0 * 2.0 ** (state.attempt_number - 1)
+            base = job.facts.config.retry.backoff_ms / 1000.0 * 2.0 ** (state.attempt_number - 1)
             wait = base * random.uniform(0.5, 1.0)
         job.backoff_ms += wait * 1000
         return wait
+
+
+def _fails_over(job: Job, exc: BaseException | None) -> bool:
+    """Whether the next attempt goes to another endpoint (no capacity anywhere is not one)."""
+    return job.walk.fails_over and not isinstance(exc, NoCapacity)
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
