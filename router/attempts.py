@@ -16,7 +16,7 @@ from typing import Generic
 
 from policies.base import Reason
 from policies.types import T
-from router.records import Attempt, RetryOutcome
+from router.records import Attempt, Outcome
 
 
 @dataclass(slots=True)
@@ -64,18 +64,18 @@ class Walk(Generic[T]):
         """Whether the next attempt goes to another endpoint than the last one."""
         return self.next != self.last
 
-    def served_outcome(self) -> RetryOutcome:
+    def served_outcome(self) -> Outcome:
         """How a served request's attempts went: first try, served by the endpoint of its
         first attempt (`retried_ok`), or by another one (`failed_over_ok`)."""
         if len(self.attempts) <= 1:
-            return RetryOutcome.FIRST_TRY
+            return Outcome.FIRST_TRY
         if self.last is not None and self.attempts[0].endpoint == self.last.name:
-            return RetryOutcome.RETRIED_OK
-        return RetryOutcome.FAILED_OVER_OK
+            return Outcome.RETRIED_OK
+        return Outcome.FAILED_OVER_OK
 
 
 def tidegate_headers(
-    walk: Walk[T], outcome: RetryOutcome | None = None, overhead_ms: float | None = None
+    walk: Walk[T], outcome: Outcome | None = None, overhead_ms: float | None = None
 ) -> dict[str, str]:
     """Where the request went and why: `x-tidegate-route` and `-kind` (once a target was
     tried), `-reason`, `-attempts` and `-outcome` (once known), `-overhead-ms` (served)."""

@@ -14,9 +14,9 @@ from policies.canary import bucket
 from policies.types import route_key
 from router.config import DedicatedEndpoint, Endpoint
 from router.job import Job, ms_since
-from router.latency import Metric
-from router.records import Measures, Outcome, Recorder, RetryOutcome
+from router.records import Measures, Outcome, Recorder, RequestRecord
 from router.relay import StreamResult, Usage, usage_of_body
+from router.state.latency import Metric
 from router.telemetry import (
     ERROR_TYPE,
     GEN_AI_INPUT_TOKENS,
@@ -76,9 +76,9 @@ class Books:
             rate = round(output / (itl * (result.output_events - 1) / 1000.0), 2)
         measures = Measures(ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate)
         if result.error is not None:
-            outcome = RetryOutcome.FAILED_MID_STREAM
+            outcome = Outcome.FAILED_MID_STREAM
         elif error is not None:
-            outcome = RetryOutcome.CLIENT_GONE
+            outcome = Outcome.CLIENT_GONE
         else:
             outcome = job.walk.served_outcome()
         self.record(job, target, status, measures, outcome)
@@ -101,14 +101,14 @@ class Books:
         return itl
 
     def record(
-        self, job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
+        self, job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome
     ) -> None:
         if self._recording:
             self._count(job, target, status, measures, outcome)
         if job.span is not None:
             _end_spans(job, target, status, measures, outcome)
         self._recorder.record(
-            Outcome(
+            RequestRecord(
                 model=job.facts.request.model,
                 route=target.name if target else None,
                 kind=target.kind if target else None,
@@ -126,7 +126,7 @@ class Books:
         )
 
     def _count(
-        self, job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
+        self, job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome
     ) -> None:
         """The request in its final route's shared counters (`-` when no route was tried)."""
         counts: dict[str, float] = {
@@ -147,9 +147,7 @@ class Books:
         self._store.count(route_key(job.facts.request.model, target.name if target else "-"), counts)
 
 
-def _end_spans(
-    job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: RetryOutcome
-) -> None:
+def _end_spans(job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome) -> None:
     error = measures.error if (measures.error or status >= 400) else None
     if job.attempt_span is not None and job.attempt_span.is_recording():
         end_span(job.attempt_span, error)

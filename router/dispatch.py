@@ -38,12 +38,12 @@ from router.errors import (
     UpstreamStatus,
 )
 from router.job import Facts, Job, ms_since, overhead_ms
-from router.latency import Metric
 from router.openai import PATHS, RequestPeek, peek, upstream_body
-from router.records import Attempt, Measures, RetryOutcome
+from router.records import Attempt, Measures, Outcome
 from router.relay import StreamResult, relay_stream
 from router.signals import Signals
 from router.state.base import Lease, Slots
+from router.state.latency import Metric
 from router.telemetry import (
     Telemetry,
     trace_headers,
@@ -142,9 +142,7 @@ class Dispatcher:
         except TimeoutError:
             return self._failed(job, RequestTimeout(REQUEST_TIMEOUT_MESSAGE))
         except asyncio.CancelledError:  # the client left (or the server stops) before an answer
-            self._books.record(
-                job, job.walk.last, 499, Measures(error="client_gone"), RetryOutcome.CLIENT_GONE
-            )
+            self._books.record(job, job.walk.last, 499, Measures(error="client_gone"), Outcome.CLIENT_GONE)
             raise
         except Exception as exc:  # a bug of ours: logged and recorded, never a lost request
             log.exception("internal error while dispatching %s for %s", path, request.model)
@@ -231,7 +229,7 @@ class Dispatcher:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
             raise
-        walk.ended(Attempt(target.name, None, ms_since(started)))  # open() raised for >= 400
+        walk.ended(Attempt(target.name, None, ms_since(started)))  # served: open() raised for non-2xx
         self._breakers.record(route, True, facts.snapshot)
         job.overhead_ms = overhead_ms(job)
         reply.headers.update(tidegate_headers(walk, walk.served_outcome(), job.overhead_ms))
@@ -317,11 +315,11 @@ class Dispatcher:
 
     def _failed(self, job: Job, exc: GatewayError) -> Reply:
         if isinstance(exc, UpstreamStatus) and not exc.is_retryable:
-            outcome = RetryOutcome.CLIENT_ERROR
+            outcome = Outcome.CLIENT_ERROR
         elif isinstance(exc, UpstreamFailure | RequestTimeout):
-            outcome = RetryOutcome.EXHAUSTED
+            outcome = Outcome.EXHAUSTED
         else:
-            outcome = RetryOutcome.INTERNAL_ERROR
+            outcome = Outcome.INTERNAL_ERROR
         headers = tidegate_headers(job.walk, outcome)
         if exc.retry_after_s is not None:
             headers["retry-after"] = f"{exc.retry_after_s:g}"

@@ -18,7 +18,7 @@ import orjson
 ACCESS_LOG = "tidegate.access"
 
 
-class RetryOutcome(StrEnum):
+class Outcome(StrEnum):
     """How a request's attempts ended."""
 
     FIRST_TRY = "first_try"  # the first attempt served it
@@ -54,7 +54,7 @@ class Measures:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class RequestRecord:
     model: str
     route: str | None  # the endpoint that answered last; None if none was tried
     kind: str | None
@@ -63,7 +63,7 @@ class Outcome:
     stream: bool
     e2e_ms: float
     measures: Measures
-    outcome: RetryOutcome
+    outcome: Outcome
     attempts: tuple[Attempt, ...] = field(default=())
     retry_budget_denied: bool = False  # a retry was wanted but the model's budget was spent
     stickiness_bucket: float | None = None  # the key's canary bucket in [0, 100)
@@ -80,7 +80,7 @@ class RouteTotals:
 
 
 class OutcomeSink(Protocol):
-    def record(self, outcome: Outcome) -> None: ...
+    def record(self, record: RequestRecord) -> None: ...
 
 
 class Recorder:
@@ -94,18 +94,18 @@ class Recorder:
         self.reasons: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
 
-    def record(self, outcome: Outcome) -> None:
+    def record(self, record: RequestRecord) -> None:
         for sink in self._sinks:
-            sink.record(outcome)
-        self.reasons[outcome.reason] += 1
-        self.outcomes[outcome.outcome] += 1
-        totals = self.routes.setdefault((outcome.model, outcome.route or "-"), RouteTotals())
+            sink.record(record)
+        self.reasons[record.reason] += 1
+        self.outcomes[record.outcome] += 1
+        totals = self.routes.setdefault((record.model, record.route or "-"), RouteTotals())
         totals.requests += 1
-        m = outcome.measures
-        totals.errors += outcome.status >= 400 or m.error is not None
+        m = record.measures
+        totals.errors += record.status >= 400 or m.error is not None
         totals.output_tokens += m.output_tokens or 0
         if m.ttft_ms is not None:
             totals.ttft_ms.append(m.ttft_ms)
-        totals.e2e_ms.append(outcome.e2e_ms)
+        totals.e2e_ms.append(record.e2e_ms)
         if self._log.isEnabledFor(logging.INFO):
-            self._log.info(orjson.dumps(outcome).decode())  # orjson walks dataclasses natively
+            self._log.info(orjson.dumps(record).decode())  # orjson walks dataclasses natively

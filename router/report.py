@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from policies.base import Reason
 from policies.types import Figures, Snapshot, route_key
 from router.config import DedicatedEndpoint, GatewayConfig
-from router.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
+from router.state.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
 
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, None: 1}

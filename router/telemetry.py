@@ -32,15 +32,17 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Tracer
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Histogram as PromHistogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import Metric as PromMetric
 from prometheus_client.registry import Collector
 
 from policies.base import Reason
 from policies.types import Snapshot
 from router.config import Endpoint
 from router.openai import PATHS
-from router.records import Outcome
+from router.records import RequestRecord
 
 # GenAI semantic conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/)
 GEN_AI_OPERATION = "gen_ai.operation.name"
@@ -105,35 +107,35 @@ class Telemetry:
             TTFT_METRIC, unit="s", description="Time to first token, as the client sees it"
         )
         r = self.registry
-        self.ttft = Histogram(
+        self.ttft = PromHistogram(
             "tidegate_ttft_seconds",
             "Request received to first token relayed",
             _ROUTE_LABELS,
             buckets=_LATENCY_S,
             registry=r,
         )
-        self.itl = Histogram(
+        self.itl = PromHistogram(
             "tidegate_itl_seconds",
             "Mean inter-token latency of a stream",
             _ROUTE_LABELS,
             buckets=_SHORT_S,
             registry=r,
         )
-        self.e2e = Histogram(
+        self.e2e = PromHistogram(
             "tidegate_e2e_seconds",
             "Request received to last byte",
             _ROUTE_LABELS,
             buckets=_LATENCY_S,
             registry=r,
         )
-        self.queue = Histogram(
+        self.queue = PromHistogram(
             "tidegate_queue_wait_seconds",
             "Wait in line for a dedicated slot",
             _ROUTE_LABELS,
             buckets=_LATENCY_S,
             registry=r,
         )
-        self.overhead = Histogram(
+        self.overhead = PromHistogram(
             "tidegate_overhead_seconds",
             "Time in the gateway itself before the answer started",
             ("model",),
@@ -160,25 +162,25 @@ class Telemetry:
         """Report the live gauges (in-flight, queue depth, store health) at scrape time."""
         self.registry.register(_LiveGauges(snapshot, store))
 
-    def record(self, outcome: Outcome) -> None:
-        route, kind = outcome.route or "-", str(outcome.kind or "-")
-        labels = (outcome.model, route, kind)
-        m = outcome.measures
+    def record(self, record: RequestRecord) -> None:
+        route, kind = record.route or "-", str(record.kind or "-")
+        labels = (record.model, route, kind)
+        m = record.measures
         if m.ttft_ms is not None:
             self.ttft.labels(*labels).observe(m.ttft_ms / 1000)
-            self._otel_ttft.record(m.ttft_ms / 1000, {GEN_AI_REQUEST_MODEL: outcome.model, ROUTE: route})
+            self._otel_ttft.record(m.ttft_ms / 1000, {GEN_AI_REQUEST_MODEL: record.model, ROUTE: route})
         if m.itl_ms is not None:
             self.itl.labels(*labels).observe(m.itl_ms / 1000)
         if m.queue_ms > 0:
             self.queue.labels(*labels).observe(m.queue_ms / 1000)
-        if outcome.overhead_ms is not None:
-            self.overhead.labels(outcome.model).observe(outcome.overhead_ms / 1000)
-        self.e2e.labels(*labels).observe(outcome.e2e_ms / 1000)
-        self.requests.labels(*labels, outcome.outcome).inc()
-        if Reason(outcome.reason).is_spill:
-            self.spills.labels(outcome.model, outcome.reason).inc()
-        if len(outcome.attempts) > 1:
-            self.retries.labels(outcome.model, outcome.outcome).inc(len(outcome.attempts) - 1)
+        if record.overhead_ms is not None:
+            self.overhead.labels(record.model).observe(record.overhead_ms / 1000)
+        self.e2e.labels(*labels).observe(record.e2e_ms / 1000)
+        self.requests.labels(*labels, record.outcome).inc()
+        if Reason(record.reason).is_spill:
+            self.spills.labels(record.model, record.reason).inc()
+        if len(record.attempts) > 1:
+            self.retries.labels(record.model, record.outcome).inc(len(record.attempts) - 1)
 
     # --- tracing ------------------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class _LiveGauges(Collector):
         self._snapshot = snapshot
         self._store = store
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[PromMetric]:
         snapshot = self._snapshot()
         in_flight = GaugeMetricFamily(
             "tidegate_in_flight", "Requests holding a dedicated slot (all replicas)", labels=["pool"]

@@ -20,8 +20,8 @@ import redis
 import uvicorn
 from starlette.types import ASGIApp
 
+from router.cli.serving import Served, bind, server_config
 from router.config import LimitsConfig
-from router.serving import Served, bind, server_config
 from router.sim.app import create_sim_app
 from router.sim.profile import SimProfile
 

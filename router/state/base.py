@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from policies.types import Snapshot
-from router.latency import Counts, Histogram, Metric
+from router.state.latency import Counts, Histogram, Metric
 
 
 class StoreUnreachableAtStart(RuntimeError):

@@ -10,9 +10,9 @@ from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 
 from policies.types import Snapshot
-from router.latency import CountBook, Counts, Histogram, LatencyBook, Metric, figures_by_route
 from router.periodic import every
 from router.state.base import Lease, Slots
+from router.state.latency import CountBook, Counts, Histogram, LatencyBook, Metric, figures_by_route
 
 _REFRESH_S = 1.0
 _MAX_KEEP_S = 3600.0  # in-process history is bounded: an hour of slices at most

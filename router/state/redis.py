@@ -55,7 +55,9 @@ from redis.exceptions import RedisError
 
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
-from router.latency import (
+from router.periodic import every
+from router.state.base import Lease, Slots, StoreUnreachableAtStart, members
+from router.state.latency import (
     ROLLUPS_S,
     SLICE_S,
     CountBook,
@@ -70,8 +72,6 @@ from router.latency import (
     rolled_up_counts,
     slices_in_window,
 )
-from router.periodic import every
-from router.state.base import Lease, Slots, StoreUnreachableAtStart, members
 from router.state.memory import MemoryStore
 from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, TRIP
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from router.latency import Metric
 from router.state.base import Slots
+from router.state.latency import Metric
 from router.state.redis import RedisStore
 from tests.integration.test_shared_state import (
     CAPACITY,

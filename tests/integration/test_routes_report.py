@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
-from router.latency import RELATIVE_ACCURACY
 from router.report import cv_verdict, parse_window
 from router.sim.profile import SERVERLESS_PRESETS
+from router.state.latency import RELATIVE_ACCURACY
 from tests.conftest import dedicated_profile, serverless_profile
 from tests.servers import CliProcess, Sim, wait_until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from router.serving import bind
+from router.cli.serving import bind
 
 
 async def test_accepted_connections_have_nagle_turned_off():

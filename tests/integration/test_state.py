@@ -10,8 +10,8 @@ import redis
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
-from router.latency import Metric
 from router.state.base import Slots, StateStore, StoreUnreachableAtStart
+from router.state.latency import Metric
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
 

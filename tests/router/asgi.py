@@ -16,7 +16,7 @@ from fastapi import FastAPI
 
 from router.app import create_app
 from router.config import Endpoint, parse_config
-from router.records import Outcome, Recorder
+from router.records import Recorder, RequestRecord
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
@@ -118,13 +118,13 @@ class Outcomes:
     """A recorder sink: every request's record, in order."""
 
     def __init__(self) -> None:
-        self.records: list[Outcome] = []
+        self.records: list[RequestRecord] = []
 
-    def record(self, outcome: Outcome) -> None:
+    def record(self, outcome: RequestRecord) -> None:
         self.records.append(outcome)
 
     @property
-    def last(self) -> Outcome:
+    def last(self) -> RequestRecord:
         return self.records[-1]
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.latency import RELATIVE_ACCURACY, SLICE_S, Histogram, LatencyBook, Metric, slices_in_window
+from router.state.latency import RELATIVE_ACCURACY, SLICE_S, Histogram, LatencyBook, Metric, slices_in_window
 
 
 def exact_quantile(values: list[float], q: float) -> float:

@@ -18,11 +18,11 @@ from pathlib import Path
 from rich.console import Console, Group
 from rich.live import Live
 
-from router.admin_client import AdminCallFailed, call_admin
 from router.app import build_policies, create_app
+from router.cli.admin_client import AdminCallFailed, call_admin
+from router.cli.serving import Served, bind, configure_logging, run, run_workers, startup_failed
+from router.cli.stats import render
 from router.config import ConfigError, load_config, parse_config
-from router.serving import Served, bind, configure_logging, run, run_workers, startup_failed
-from router.stats import render
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -338,7 +338,3 @@ Watch every route (TTFT p50/p95/p99, CV%, spills, utilization) from another term
 Prometheus metrics: {root}/metrics. One JSON line per request is logged below.
 Ctrl-C stops everything.
 """
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
