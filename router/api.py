@@ -22,7 +22,7 @@ from router.auth import ApiKeys
 from router.config import GatewayConfig, LimitsConfig
 from router.disconnect import unless_client_leaves
 from router.dispatch import Dispatcher, Reply
-from router.errors import ClientTooSlow, InvalidRequest, PayloadTooLarge
+from router.errors import ClientTooSlow, InvalidRequest, ModelNotFound, PayloadTooLarge
 from router.openai import PATHS
 from router.state.base import StateStore
 
@@ -157,22 +157,32 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def models_route(config: GatewayConfig) -> Route:
+def models_routes(config: GatewayConfig, keys: ApiKeys) -> list[Route]:
+    """`GET /v1/models` and `GET /v1/models/{id}`: the configured model names, behind the
+    client keys like every other `/v1` route (tools check a key by listing models)."""
     created = int(time.time())
-    listing = orjson.dumps(
-        {
-            "object": "list",
-            "data": [
-                {"id": name, "object": "model", "created": created, "owned_by": "tidegate"}
-                for name in config.models
-            ],
-        }
-    )
+    objects = {
+        name: orjson.dumps({"id": name, "object": "model", "created": created, "owned_by": "tidegate"})
+        for name in config.models
+    }
+    listing = b'{"object":"list","data":[' + b",".join(objects.values()) + b"]}"
 
-    async def endpoint(request: Request) -> Response:
+    async def list_models(request: Request) -> Response:
+        keys.check(request)
         return Response(listing, media_type=_JSON)
 
-    return Route("/v1/models", endpoint, methods=["GET"])
+    async def retrieve_model(request: Request) -> Response:
+        keys.check(request)
+        name = request.path_params["model"]
+        found = objects.get(name)
+        if found is None:
+            raise ModelNotFound(f"The model `{name}` does not exist", param="model")
+        return Response(found, media_type=_JSON)
+
+    return [
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
+    ]
 
 
 def health_routes(store: StateStore) -> list[Route]:

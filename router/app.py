@@ -130,7 +130,7 @@ def create_app(
     app.state.telemetry = telemetry
     for path in api.PROXIED_PATHS:
         app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits))
-    app.router.routes.append(api.models_route(config))
+    app.router.routes.extend(api.models_routes(config, keys))
     app.router.routes.extend(api.health_routes(store))
     app.router.routes.append(api.metrics_route(telemetry.registry))
     app.include_router(admin_router(config, store, signals))

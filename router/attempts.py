@@ -75,10 +75,14 @@ class Walk(Generic[T]):
 
 
 def tidegate_headers(
-    walk: Walk[T], outcome: Outcome | None = None, overhead_ms: float | None = None
+    walk: Walk[T],
+    outcome: Outcome | None = None,
+    overhead_ms: float | None = None,
+    upstream_model: str | None = None,
 ) -> dict[str, str]:
     """Where the request went and why: `x-tidegate-route` and `-kind` (once a target was
-    tried), `-reason`, `-attempts` and `-outcome` (once known), `-overhead-ms` (served)."""
+    tried), `-reason`, `-attempts` and `-outcome` (once known), `-overhead-ms` and
+    `-upstream-model` (the id the serving endpoint knows the model by; served answers)."""
     headers = {"x-tidegate-reason": walk.reason.value}
     if walk.last is not None:
         headers["x-tidegate-route"] = walk.last.name
@@ -88,4 +92,6 @@ def tidegate_headers(
         headers["x-tidegate-outcome"] = outcome.value
     if overhead_ms is not None:
         headers["x-tidegate-overhead-ms"] = f"{overhead_ms:.3f}"
+    if upstream_model is not None:
+        headers["x-tidegate-upstream-model"] = upstream_model
     return headers

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -182,6 +183,11 @@ class SloConfig(_Frozen):
     dwell_s: Annotated[float, Field(ge=0)] = 10.0
 
 
+class ResponseModel(StrEnum):
+    REQUESTED = "requested"  # answers name the model the client asked for
+    UPSTREAM = "upstream"  # answers keep the upstream's id (it is also in x-tidegate-upstream-model)
+
+
 class RoutingConfig(_Frozen):
     serverless: ServerlessOrder = ServerlessOrder.CONFIGURED
     min_samples: Annotated[int, Field(ge=1)] = 20  # before `fastest` trusts a route's figures
@@ -218,6 +224,7 @@ class BreakerConfig(_Frozen):
 class ModelConfig(_Frozen):
     policy: str = "dedicated_first"  # a name from policies.registry
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
+    response_model: ResponseModel = ResponseModel.REQUESTED
     slo: SloConfig = SloConfig()
     routing: RoutingConfig = RoutingConfig()
     breaker: BreakerConfig = BreakerConfig()

@@ -27,7 +27,7 @@ from router.attempts import Walk, tidegate_headers
 from router.bookkeeping import Books, end_span
 from router.breaker import Breakers
 from router.budget import RetryBudget
-from router.config import DedicatedEndpoint, Endpoint, GatewayConfig
+from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ResponseModel
 from router.errors import (
     REQUEST_TIMEOUT_MESSAGE,
     GatewayError,
@@ -38,7 +38,7 @@ from router.errors import (
     UpstreamStatus,
 )
 from router.job import Facts, Job, ms_since, overhead_ms
-from router.openai import PATHS, RequestPeek, peek, upstream_body
+from router.openai import PATHS, RequestPeek, model_renamer, peek, upstream_body
 from router.records import Attempt, Measures, Outcome
 from router.relay import StreamResult, relay_stream
 from router.signals import Signals
@@ -232,7 +232,7 @@ class Dispatcher:
         walk.ended(Attempt(target.name, None, ms_since(started)))  # served: open() raised for non-2xx
         self._breakers.record(route, True, facts.snapshot)
         job.overhead_ms = overhead_ms(job)
-        reply.headers.update(tidegate_headers(walk, walk.served_outcome(), job.overhead_ms))
+        reply.headers.update(tidegate_headers(walk, walk.served_outcome(), job.overhead_ms, target.model))
         if reply.stream is None:
             reply.on_close = lambda: self._close_body(job, target, reply, lease)
         return reply
@@ -275,6 +275,9 @@ class Dispatcher:
 
     async def _body_reply(self, job: Job, target: Endpoint, response: httpx.Response) -> Reply:
         payload = await self._upstream.read(response, target, self._limits.max_response_bytes)
+        rename = _renamer(job, target)
+        if rename is not None:
+            payload = rename(payload)
         return Reply(response.status_code, response_headers(response), payload)
 
     async def _stream_reply(
@@ -296,6 +299,7 @@ class Dispatcher:
             drop_usage=PATHS[facts.path].done_terminated and not facts.request.wants_usage,
             expect_done=PATHS[facts.path].done_terminated,
             max_event_bytes=self._limits.max_event_bytes,
+            rename=_renamer(job, target),
         )
 
         async def close() -> None:
@@ -321,7 +325,11 @@ class Dispatcher:
         else:
             outcome = Outcome.INTERNAL_ERROR
         headers = tidegate_headers(job.walk, outcome)
-        if exc.retry_after_s is not None:
+        if outcome is Outcome.EXHAUSTED and (len(job.walk.attempts) > 1 or job.budget_denied):
+            # the gateway did the retrying (or its budget said no more): an SDK retrying on
+            # top would multiply the load, and wait out a Retry-After the gateway already did
+            headers["x-should-retry"] = "false"
+        elif exc.retry_after_s is not None:
             headers["retry-after"] = f"{exc.retry_after_s:g}"
         elif isinstance(exc, NoCapacity):
             headers["retry-after"] = "1"
@@ -346,6 +354,13 @@ class Dispatcher:
             wait = base * random.uniform(0.5, 1.0)
         job.backoff_ms += wait * 1000
         return wait
+
+
+def _renamer(job: Job, target: Endpoint) -> Callable[[bytes], bytes] | None:
+    """The rewrite of the answer's model to the requested name (`response_model`)."""
+    if job.facts.config.response_model is ResponseModel.UPSTREAM:
+        return None
+    return model_renamer(target.model, job.facts.request.model)
 
 
 def _fails_over(job: Job, exc: BaseException | None) -> bool:

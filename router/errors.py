@@ -15,6 +15,7 @@
     ├── StoreUnavailable              503 (an admin write could not reach the shared state store)
     └── UpstreamFailure               the request could not be served by an upstream
         ├── UpstreamUnreachable       502 (connect refused, reset, DNS)
+        │   └── UpstreamStreamCut     502 upstream_stream_cut (a stream lost after its first byte)
         ├── UpstreamBadResponse       502 (malformed or oversized answer)
         ├── UpstreamMisconfigured     502 (the upstream answered 3xx/401/403/404/405/407)
         ├── UpstreamTimeout           504 (connect, first byte or idle gap)
@@ -144,6 +145,13 @@ class UpstreamFailure(GatewayError):
 class UpstreamUnreachable(UpstreamFailure):
     status = 502
     code = "upstream_unreachable"
+
+
+class UpstreamStreamCut(UpstreamUnreachable):
+    """The upstream's stream ended or broke after the client got its first bytes: the
+    answer is incomplete and cannot be retried."""
+
+    code = "upstream_stream_cut"
 
 
 class UpstreamBadResponse(UpstreamFailure):

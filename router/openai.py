@@ -9,7 +9,7 @@ upstream burn capacity for nothing (an absurd output-token limit), are checked h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -102,6 +102,26 @@ def _bounded(payload: dict[str, Any], name: str, ceiling: int, limit: str = "") 
         named = f" ({limit})" if limit else ""
         raise InvalidRequest(f"'{name}' must be an integer from 1 to {ceiling}{named}", param=name)
     return value
+
+
+def model_renamer(upstream: str, requested: str) -> Callable[[bytes], bytes] | None:
+    """A rewrite of an answer's `"model": "<upstream id>"` fields to the requested name, on
+    the bytes (no re-encoding: a stream's events are rewritten as they pass); None when the
+    names are the same. Compact and `": "`-spaced JSON are both rewritten."""
+    if upstream == requested:
+        return None
+    old, new = orjson.dumps(upstream), orjson.dumps(requested)
+    compact, spaced = b'"model":' + old, b'"model": ' + old
+    to_compact, to_spaced = b'"model":' + new, b'"model": ' + new
+
+    def rename(data: bytes) -> bytes:
+        if compact in data:
+            data = data.replace(compact, to_compact)
+        if spaced in data:
+            data = data.replace(spaced, to_spaced)
+        return data
+
+    return rename
 
 
 def upstream_body(request: RequestPeek, upstream_model: str, *, ask_usage: bool) -> bytes:

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from router.errors import GatewayError, UpstreamBadResponse, UpstreamUnreachable, error_body
+from router.errors import (
+    GatewayError,
+    UpstreamBadResponse,
+    UpstreamStreamCut,
+    UpstreamUnreachable,
+    error_body,
+)
 
 log = logging.getLogger("tidegate")
 _EVENT_END = b"\n\n"
@@ -48,15 +54,28 @@ class SseRelay:
     the bytes relayed (only new bytes are searched for an event's end); an event that grows
     past `max_event_bytes` without ending is UpstreamBadResponse."""
 
-    def __init__(self, result: StreamResult, *, drop_usage: bool, max_event_bytes: int = 8 << 20) -> None:
+    def __init__(
+        self,
+        result: StreamResult,
+        *,
+        drop_usage: bool,
+        max_event_bytes: int = 8 << 20,
+        rename: Callable[[bytes], bytes] | None = None,
+    ) -> None:
         self._result = result
+        self._rename = rename
         self._drop_usage = drop_usage
         self._max_event = max_event_bytes
         self._buffer = bytearray()
         self._pending_cr = False
 
     def feed(self, chunk: bytes) -> bytes:
-        """Bytes of the complete events in `buffer + chunk` to send now (maybe empty)."""
+        """Bytes of the complete events in `buffer + chunk` to send now (maybe empty), with
+        the answer's model renamed when the gateway was asked to."""
+        out = self._complete_events(chunk)
+        return self._rename(out) if self._rename is not None and out else out
+
+    def _complete_events(self, chunk: bytes) -> bytes:
         chunk = self._normalise(chunk)
         start = max(0, len(self._buffer) - 1)  # an event's end may straddle two chunks
         self._buffer += chunk
@@ -82,7 +101,8 @@ class SseRelay:
         """What is left when the upstream closed: an unterminated last event, if any."""
         rest = bytes(self._buffer)
         self._buffer.clear()
-        return self._inspect(rest + _EVENT_END) if rest.strip() else b""
+        out = self._inspect(rest + _EVENT_END) if rest.strip() else b""
+        return self._rename(out) if self._rename is not None and out else out
 
     def _normalise(self, chunk: bytes) -> bytes:
         """CRLF line ends as LF, also when a CRLF is split between two chunks."""
@@ -133,13 +153,14 @@ async def relay_stream(
     drop_usage: bool,
     expect_done: bool,
     max_event_bytes: int = 8 << 20,
+    rename: Callable[[bytes], bytes] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes; on an upstream failure after the first byte, end the stream with
     an OpenAI-shaped error event instead of raising (a retry is impossible by then).
 
     `expect_done`: the protocol ends with `data: [DONE]` (chat and text completions), so a
     stream closed without it was cut short."""
-    relay = SseRelay(result, drop_usage=drop_usage, max_event_bytes=max_event_bytes)
+    relay = SseRelay(result, drop_usage=drop_usage, max_event_bytes=max_event_bytes, rename=rename)
     try:
         async for chunk in chunks:
             out = relay.feed(chunk)
@@ -149,8 +170,16 @@ async def relay_stream(
         if tail:
             yield tail
         if expect_done and not result.completed:
-            raise UpstreamUnreachable("the upstream closed the stream before it finished")
+            raise UpstreamStreamCut("the upstream closed the stream before it finished")
         result.completed = True
+    except UpstreamUnreachable as exc:  # reset, refused, closed early: one stable code
+        cut = (
+            exc
+            if isinstance(exc, UpstreamStreamCut)
+            else UpstreamStreamCut("the upstream's stream was cut off", detail=exc.detail or exc.message)
+        )
+        result.error = cut
+        yield error_event(cut)
     except GatewayError as exc:
         result.error = exc
         yield error_event(exc)

@@ -132,6 +132,7 @@ def _embeddings(state: SimState) -> Any:
 async def _read(request: Request, state: SimState) -> tuple[dict[str, Any], Response | None]:
     """The parsed body, or an early answer: a bad request or an injected fault."""
     state.last_traceparent = request.headers.get("traceparent")
+    state.engine.count_request()
     try:
         payload = orjson.loads(await request.body())
     except orjson.JSONDecodeError:

@@ -21,7 +21,7 @@ from router.sim.profile import Kind, SimProfile
 
 @dataclass(slots=True)
 class Counters:
-    requests: int = 0
+    requests: int = 0  # every generation or embedding request, an injected fault's too
     running: int = 0
     max_running: int = 0
     queued: int = 0
@@ -70,7 +70,6 @@ class Engine:
     @asynccontextmanager
     async def sequence(self, input_tokens: int) -> AsyncIterator[EngineSequence]:
         c = self.counters
-        c.requests += 1
         queued_at = time.monotonic()
         await self._admit()
         c.max_running = max(c.max_running, c.running)
@@ -84,6 +83,9 @@ class Engine:
             raise
         finally:
             self._release()
+
+    def count_request(self) -> None:
+        self.counters.requests += 1
 
     def count_fault(self, name: str) -> None:
         self.counters.faults[name] = self.counters.faults.get(name, 0) + 1

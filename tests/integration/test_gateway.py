@@ -28,7 +28,8 @@ def test_non_stream_chat_answers_from_dedicated_with_route_headers(gateway, dedi
     reply = raw.parse()
     assert reply.choices[0].message.content.split() == ["the", "tide", "gate", "routes", "every"]
     assert reply.usage.completion_tokens == 5
-    assert reply.model == "upstream-ded"  # the upstream's id: only the request is rewritten
+    assert reply.model == "m"  # the name asked for (response_model: requested) ...
+    assert raw.headers["x-tidegate-upstream-model"] == "upstream-ded"  # ... the upstream's id here
     assert raw.headers["x-tidegate-route"] == "ded"
     assert raw.headers["x-tidegate-kind"] == "dedicated"
     assert raw.headers["x-tidegate-reason"] == "baseline"

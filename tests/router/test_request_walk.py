@@ -181,6 +181,8 @@ async def test_the_walk(case):
         assert ".test" not in error["message"]  # no upstream address reaches the client
     if row.outcome == "failed_mid_stream":
         assert b"event: error" in reply.content and b"[DONE]" not in reply.content
+        assert b'"code":"upstream_stream_cut"' in reply.content
+        assert b"reset by peer" not in reply.content  # the transport's own words stay in the log
     elif row.stream:
         assert reply.content.endswith(b"data: [DONE]\n\n")
 
