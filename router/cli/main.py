@@ -50,6 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="gateway + simulated dedicated and serverless upstreams")
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8000, help="gateway port (0: any free port)")
+    demo.add_argument(
+        "--scenario",
+        choices=("default", "faults", "auth", "tight"),
+        default="default",
+        help="default: spill and failover; faults: flaky, 429 and stream-cutting upstreams; "
+        "auth: client and admin keys; tight: one dedicated slot, nowhere to spill",
+    )
     demo.set_defaults(run=_demo)
 
     check = commands.add_parser("check-config", help="validate a config file and exit")
@@ -145,6 +152,22 @@ def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     sim.add_argument("--seed", type=int, default=None)
     sim.add_argument("--default-output-tokens", type=int, default=d.default_output_tokens)
     sim.add_argument(
+        "--answer-tokens-p50",
+        type=int,
+        default=200,
+        help="median answer length; one shorter than max_tokens ends with finish_reason stop "
+        "(0: run every answer to max_tokens)",
+    )
+    sim.add_argument(
+        "--tool-call-share", type=float, default=d.tool_call_share, help='with tools and tool_choice "auto"'
+    )
+    sim.add_argument(
+        "--served-model",
+        action="append",
+        default=[],
+        help="a model id it serves (repeat); others get 404. Default: any",
+    )
+    sim.add_argument(
         "--max-concurrency",
         type=int,
         default=d.max_concurrency,
@@ -207,6 +230,9 @@ def _sim(args: argparse.Namespace) -> int:
         time_scale=args.time_scale,
         seed=args.seed,
         default_output_tokens=args.default_output_tokens,
+        answer_tokens_p50=args.answer_tokens_p50 or None,
+        tool_call_share=args.tool_call_share,
+        served_models=tuple(args.served_model),
         max_concurrency=args.max_concurrency,
         prefill_tokens_per_s=args.prefill_tokens_per_s,
         itl_s=args.itl_ms / 1000,
@@ -280,34 +306,30 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from router.sim.app import create_sim_app  # noqa: PLC0415 (lazy)
-    from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile  # noqa: PLC0415
+    from router.cli.scenarios import SCENARIOS  # noqa: PLC0415 (lazy: it loads the simulator)
+    from router.sim.app import create_sim_app  # noqa: PLC0415
 
-    sims = {
-        "DEMO_DEDICATED_URL": SimProfile(kind=Kind.DEDICATED, name="sim-dedicated", max_concurrency=4),
-        "DEMO_SERVERLESS_A_URL": SimProfile(
-            kind=Kind.SERVERLESS, name="sim-provider-a", ttft=SERVERLESS_PRESETS["deepseek-a"]
-        ),
-        "DEMO_SERVERLESS_B_URL": SimProfile(
-            kind=Kind.SERVERLESS, name="sim-provider-b", ttft=SERVERLESS_PRESETS["kimi-b"]
-        ),
-    }
+    scenario = SCENARIOS[args.scenario]
     env = dict(os.environ)
-    companions = []
-    for var, profile in sims.items():
+    companions, upstreams = [], []
+    for var, profile in scenario.sims.items():
         sock = bind("127.0.0.1", 0)
         env[var] = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
         companions.append(Served(create_sim_app(profile), sock))
-    text = resources.files("router").joinpath("examples/demo.yaml").read_text(encoding="utf-8")
+        upstreams.append(f"    {profile.kind.value:10} {profile.name:16} {env[var]}")
+    text = resources.files("router").joinpath("examples", scenario.config).read_text(encoding="utf-8")
     config = parse_config(text, env)
     sock = bind(args.host, args.port)
     url = f"http://{args.host}:{sock.getsockname()[1]}/v1"
+    key = config.auth.api_keys[0] if scenario.needs_key else "unused"
     print(
         _DEMO_BANNER.format(
             url=url,
-            ded=env["DEMO_DEDICATED_URL"],
-            a=env["DEMO_SERVERLESS_A_URL"],
-            b=env["DEMO_SERVERLESS_B_URL"],
+            scenario=args.scenario,
+            summary=scenario.summary,
+            upstreams="\n".join(upstreams),
+            key=key,
+            try_this=scenario.try_this,
             root=url.removesuffix("/v1"),
             admin=config.auth.admin_key,
         ),
@@ -318,17 +340,19 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 _DEMO_BANNER = """\
-tidegate demo: gateway on {url} (embedded in-memory state store)
-  model demo-model -> dedicated sim-dedicated {ded} (4 concurrent sequences)
-                   -> spill to serverless sim-provider-a {a}, then sim-provider-b {b}
+tidegate demo ({scenario}): gateway on {url} (embedded in-memory state store)
+  model demo-model: {summary}
+{upstreams}
 
 Point any OpenAI client at it:
 
     from openai import OpenAI
-    client = OpenAI(base_url="{url}", api_key="unused")
+    client = OpenAI(base_url="{url}", api_key="{key}")
     reply = client.chat.completions.create(
         model="demo-model", messages=[{{"role": "user", "content": "Hello"}}])
     print(reply.choices[0].message.content)
+
+Try: {try_this}
 
 Response headers x-tidegate-route / -kind / -reason / -outcome say where each request went.
 Watch every route (TTFT p50/p95/p99, CV%, spills, utilization) from another terminal:
@@ -336,5 +360,5 @@ Watch every route (TTFT p50/p95/p99, CV%, spills, utilization) from another term
     tidegate stats --url {root} --admin-key {admin} --watch
 
 Prometheus metrics: {root}/metrics. One JSON line per request is logged below.
-Ctrl-C stops everything.
+Other scenarios: tidegate demo --scenario default | faults | auth | tight. Ctrl-C stops everything.
 """

@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from router.disconnect import unless_client_leaves
 from router.errors import error_body
-from router.sim import bodies
+from router.sim import answers, bodies, validation
 from router.sim.engine import Engine
 from router.sim.profile import SimProfile
 
@@ -70,29 +70,43 @@ def create_sim_app(profile: SimProfile) -> Starlette:
 
 def _generation(state: SimState, kind: str) -> Any:
     async def endpoint(request: Request) -> Response:
-        payload, failure = await _read(request, state)
+        payload, failure = await _read(request, state, kind)
         if failure is not None:
             return failure
         model = str(payload.get("model", state.profile.name))
-        n_out = _output_tokens(payload, state.profile)
+        choices = answers.plan(payload, state.profile, state.engine.rng)
         n_in = _input_tokens(payload)
+        n_out = sum(c.tokens for c in choices)
+        logprobs = _logprobs(payload, kind)
         if payload.get("stream") is True:
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-            writer = bodies.StreamWriter(kind, model, include_usage)
-            return StreamingResponse(_stream(state, writer, n_in, n_out), media_type="text/event-stream")
-        if await unless_client_leaves(request.receive, _generate(state, n_in, n_out)) is None:
+            writer = bodies.StreamWriter(kind, model, choices, include_usage, logprobs)
+            events = _stream(state, writer, n_in, n_out)
+            return StreamingResponse(events, media_type="text/event-stream")
+        steps = max(max(len(c.pieces), 1) for c in choices)
+        if await unless_client_leaves(request.receive, _generate(state, n_in, steps)) is None:
             return Response(status_code=499)  # the client left: like vLLM, abort the sequence
-        text = "".join(bodies.word(i) for i in range(n_out))
         use = bodies.usage(kind, n_in, n_out)
-        return Response(bodies.completion(kind, model, text, "length", use), media_type=_JSON)
+        return Response(bodies.completion(kind, model, choices, use, logprobs), media_type=_JSON)
 
     return endpoint
 
 
-async def _generate(state: SimState, n_in: int, n_out: int) -> bool:
+def _logprobs(payload: dict[str, Any], kind: str) -> int | None:
+    """How many alternatives per token the request wants logprobs with; None for none."""
+    if kind == "chat":
+        if payload.get("logprobs") is not True:
+            return None
+        top = payload.get("top_logprobs")
+        return top if isinstance(top, int) and not isinstance(top, bool) else 0
+    value = payload.get("logprobs")
+    return value if kind == "text" and isinstance(value, int) and not isinstance(value, bool) else None
+
+
+async def _generate(state: SimState, n_in: int, steps: int) -> bool:
     async with state.engine.sequence(n_in) as seq:
         await seq.first_token()
-        for _ in range(n_out - 1):
+        for _ in range(steps - 1):
             await seq.next_token()
     return True
 
@@ -100,37 +114,41 @@ async def _generate(state: SimState, n_in: int, n_out: int) -> bool:
 async def _stream(
     state: SimState, writer: bodies.StreamWriter, n_in: int, n_out: int
 ) -> AsyncIterator[bytes]:
-    cut_at = n_out // 2 if state.engine.rng.random() < state.profile.faults.cut_rate else -1
+    steps = writer.steps
+    cut_at = steps // 2 if state.engine.rng.random() < state.profile.faults.cut_rate else -1
     async with state.engine.sequence(n_in) as seq:
         await seq.first_token()
-        yield writer.opening() + writer.token(bodies.word(0), 1)
-        for i in range(1, n_out):
+        yield writer.opening() + writer.step(0)
+        for i in range(1, steps):
             if i == cut_at:
                 state.engine.count_fault("cut")
                 raise StreamCut("simulated connection drop")
             await seq.next_token()
-            yield writer.token(bodies.word(i), i + 1)
-    text = "".join(bodies.word(i) for i in range(n_out))
-    yield writer.closing("length", text, bodies.usage(writer.kind, n_in, n_out))
+            yield writer.step(i)
+    yield writer.closing(bodies.usage(writer.kind, n_in, n_out))
 
 
 def _embeddings(state: SimState) -> Any:
     async def endpoint(request: Request) -> Response:
-        payload, failure = await _read(request, state)
+        payload, failure = await _read(request, state, "embeddings")
         if failure is not None:
             return failure
         inputs = payload.get("input")
         count = len(inputs) if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else 1
         n_in = _input_tokens(payload)
+        dimensions = payload.get("dimensions")
+        size = dimensions if isinstance(dimensions, int) and not isinstance(dimensions, bool) else 8
+        encoding = "base64" if payload.get("encoding_format") == "base64" else "float"
         async with state.engine.sequence(n_in) as seq:
             await seq.first_token()
-        return Response(bodies.embeddings(str(payload.get("model")), count, n_in), media_type=_JSON)
+        body = bodies.embeddings(str(payload.get("model")), count, n_in, size, encoding)
+        return Response(body, media_type=_JSON)
 
     return endpoint
 
 
-async def _read(request: Request, state: SimState) -> tuple[dict[str, Any], Response | None]:
-    """The parsed body, or an early answer: a bad request or an injected fault."""
+async def _read(request: Request, state: SimState, kind: str) -> tuple[dict[str, Any], Response | None]:
+    """The parsed body, or an early answer: a request vLLM would refuse, or an injected fault."""
     state.last_traceparent = request.headers.get("traceparent")
     state.engine.count_request()
     try:
@@ -139,6 +157,13 @@ async def _read(request: Request, state: SimState) -> tuple[dict[str, Any], Resp
         return {}, _error(400, "invalid JSON body", "invalid_request_error")
     if not isinstance(payload, dict):
         return {}, _error(400, "body must be an object", "invalid_request_error")
+    problem = validation.problem(payload, kind)
+    if problem is not None:
+        return {}, _error(400, problem, "invalid_request_error")
+    served = state.profile.served_models
+    if served and payload.get("model") not in served:
+        message = f"The model `{payload.get('model')}` does not exist."
+        return {}, _error(404, message, "NotFoundError")
     return payload, await _inject(state)
 
 
@@ -172,18 +197,11 @@ def _input_tokens(payload: dict[str, Any]) -> int:
     return max(1, len(orjson.dumps(content)) // 4)
 
 
-def _output_tokens(payload: dict[str, Any], profile: SimProfile) -> int:
-    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = payload.get(key)
-        if isinstance(value, int) and value > 0:
-            return min(value, profile.max_output_tokens)
-    return profile.default_output_tokens
-
-
 def _models(state: SimState) -> Any:
     async def endpoint(request: Request) -> Response:
-        model = {"id": state.profile.name, "object": "model", "created": 0, "owned_by": "sim"}
-        return Response(orjson.dumps({"object": "list", "data": [model]}), media_type=_JSON)
+        names = state.profile.served_models or (state.profile.name,)
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "sim"} for name in names]
+        return Response(orjson.dumps({"object": "list", "data": data}), media_type=_JSON)
 
     return endpoint
 

@@ -84,8 +84,13 @@ class SimProfile:
     name: str = "sim"
     time_scale: float = 1.0
     seed: int | None = None
-    default_output_tokens: int = 16  # when the request sets no max_tokens
+    default_output_tokens: int = 16  # when the request sets no max_tokens (answer_tokens_p50 unset)
     max_output_tokens: int = 4096
+    # answers' lengths: None runs every answer to max_tokens; a median samples them (log-normal),
+    # so an answer shorter than max_tokens ends with finish_reason "stop", like a real model's
+    answer_tokens_p50: int | None = None
+    tool_call_share: float = 1.0  # with tools and tool_choice "auto": the share that calls one
+    served_models: tuple[str, ...] = ()  # model ids it serves (404 for others); empty: any
     # dedicated
     max_concurrency: int = 16
     prefill_tokens_per_s: float = 8000.0
