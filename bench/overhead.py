@@ -7,17 +7,20 @@ pinned to CPU 1. Gateway CPU per request is the utime+stime (/proc) of the gatew
 and its workers.
 
 Variants, measured one after the other against the same upstream in one run:
+  floor       bench/floor.py: a bare passthrough on the same stack (uvicorn, Starlette,
+              httpx over aiohttp), no routing, state, telemetry or logging
   memory      one worker, the embedded store
   redis       one worker, the Redis store (slot acquire + release per request: 2 round trips)
   redis-2w    `--workers 2`, the Redis store (both workers on CPU 0)
   redis-norec one worker, the Redis store with `state.record: false` (no latency histograms
               or counters): the cost of recording, side by side with `redis`
 
-    python -m bench.overhead [--seconds 5] [--concurrency 1 16 64] [--variants memory redis redis-2w]
+    python -m bench.overhead [--seconds 5] [--concurrency 1 16 64] [--variants floor memory redis redis-2w]
 
 Prints one row per (path, concurrency, mode): requests/s, latency p50/p99, TTFT p50/p99
 (first body byte), gateway CPU ms per request, and the gateway's added p50 and p99 TTFT over
-the direct run of the same row.
+the direct run of the same row; then a summary of every tidegate row against the floor's,
+measured side by side in this run, with issue 13's targets.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ http {{
 
 GATEWAY_CONF = """
 listen: {{host: 127.0.0.1, port: {port}}}
+auth: {{allow_anonymous: true}}
 state: {{redis_url: "{redis_url}", record: {record}}}
 models:
   plain:
@@ -192,9 +196,11 @@ class Variant:
     redis: bool
     workers: int
     record: bool = True
+    floor: bool = False
 
 
 VARIANTS = {
+    "floor": Variant("floor", redis=False, workers=1, floor=True),
     "memory": Variant("memory", redis=False, workers=1),
     "redis": Variant("redis", redis=True, workers=1),
     "redis-2w": Variant("redis-2w", redis=True, workers=2),
@@ -216,7 +222,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument(
-        "--variants", nargs="+", choices=sorted(VARIANTS), default=["memory", "redis", "redis-2w"]
+        "--variants", nargs="+", choices=sorted(VARIANTS), default=["floor", "memory", "redis", "redis-2w"]
     )
     args = parser.parse_args()
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -265,6 +271,21 @@ def start_gateway(
     variant: Variant, tmp: Path, up: int, redis_port: int, procs: list[subprocess.Popen[bytes]]
 ) -> Gateway:
     port = free_port()
+    if variant.floor:
+        command = [
+            "taskset",
+            "-c",
+            "0",
+            sys.executable,
+            "-m",
+            "bench.floor",
+            f"http://127.0.0.1:{up}",
+            str(port),
+        ]
+        floor = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(floor)
+        wait_for(f"http://127.0.0.1:{port}/v1/chat/completions")  # a 405 to GET: it is up
+        return Gateway(variant, port, floor.pid)
     redis_url = f"redis://127.0.0.1:{redis_port}/0" if variant.redis else ""
     config = tmp / f"tidegate-{variant.name}.yaml"
     config.write_text(
@@ -279,7 +300,17 @@ def start_gateway(
     return Gateway(variant, port, gateway.pid)
 
 
+@dataclass(frozen=True)
+class Row:
+    cpu_ms: float
+    added_p50: float
+    p50: float
+    p99: float
+    rps: float
+
+
 async def report(up: int, gateways: list[Gateway], args: argparse.Namespace) -> None:
+    rows: dict[tuple[str, int, str], Row] = {}
     print(
         f"{'path':7} {'conc':>4} {'mode':11} {'req/s':>8} {'lat p50':>8} {'lat p99':>8} "
         f"{'ttft p50':>8} {'ttft p99':>8} {'cpu ms/req':>10} {'added ttft p50':>14} {'p99':>8}"
@@ -299,6 +330,9 @@ async def report(up: int, gateways: list[Gateway], args: argparse.Namespace) -> 
                 cpu_ms = (cpu_seconds(gw.pid) - before) * 1000 / max(1, via.requests)
                 added_p50 = pct(via.ttfts, 0.5) - pct(direct.ttfts, 0.5)
                 added_p99 = pct(via.ttfts, 0.99) - pct(direct.ttfts, 0.99)
+                rate = via.requests / via.seconds
+                lat50, lat99 = pct(via.latencies, 0.5), pct(via.latencies, 0.99)
+                rows[(path, conc, gw.variant.name)] = Row(cpu_ms, added_p50, lat50, lat99, rate)
                 print_row(
                     path,
                     conc,
@@ -306,6 +340,39 @@ async def report(up: int, gateways: list[Gateway], args: argparse.Namespace) -> 
                     via,
                     f"{cpu_ms:>10.3f} {added_p50:>12.3f}ms {added_p99:>6.2f}ms",
                 )
+    summary(rows, args.concurrency)
+
+
+def summary(rows: dict[tuple[str, int, str], Row], concurrencies: list[int]) -> None:
+    """Every tidegate row against the floor's, from this run; the targets of issue 13."""
+    print("\nsummary: tidegate / floor, measured side by side in this run")
+    print(
+        f"{'path':7} {'conc':>4} {'mode':11} {'cpu x floor':>11} {'added ttft - floor':>18} "
+        f"{'p99/p50':>8} {'floor p99/p50':>13} {'ratio':>6}"
+    )
+    targets = {("plain", "memory"): 1.6, ("plain", "redis"): 1.9, ("stream", "memory"): 1.6}
+    for path in ("plain", "stream"):
+        for conc in concurrencies:
+            floor = rows.get((path, conc, "floor"))
+            if floor is None:
+                continue
+            for (p, c, mode), row in rows.items():
+                if (p, c) != (path, conc) or mode == "floor":
+                    continue
+                cpu_ratio = row.cpu_ms / floor.cpu_ms
+                tail, floor_tail = row.p99 / row.p50, floor.p99 / floor.p50
+                target = targets.get((path, mode)) if conc == 16 else None
+                mark = "" if target is None else (" ok" if cpu_ratio <= target else f" > {target}x")
+                print(
+                    f"{path:7} {conc:>4} {mode:11} {cpu_ratio:>10.2f}x {row.added_p50 - floor.added_p50:>15.3f}ms "
+                    f"{tail:>8.2f} {floor_tail:>13.2f} {tail / floor_tail:>5.2f}x{mark}"
+                )
+    cores = os.cpu_count() or 1
+    if cores < 3:
+        print(
+            f"\n--workers 2 scaling: not measured here ({cores} cores: two workers each on their own core "
+            "plus the load generator need 3)"
+        )
 
 
 def print_row(path: str, conc: int, mode: str, run: Run, extra: str) -> None:

@@ -187,10 +187,14 @@ def test_fails_over_to_serverless_when_dedicated_answers_503(dedicated_sim, serv
 
 
 def test_upstream_client_error_is_relayed_without_retry(dedicated_sim, gateway):
+    before = dedicated_sim.stats()["requests"]
+    # no `messages`: the gateway forwards it, the simulator refuses it as vLLM does (400)
     response = httpx.post(gateway.url + "/v1/chat/completions", content=b'{"model": "m", "stream": false}')
-    assert response.status_code == 200  # the simulator accepts a body without messages
-    bad = httpx.post(dedicated_sim.base_url + "/chat/completions", content=b"[]")
-    assert bad.status_code == 400  # and this is what an upstream 400 looks like to the gateway
+    assert response.status_code == 400
+    assert "messages" in response.json()["error"]["message"]  # the upstream's own words
+    assert response.headers["x-tidegate-outcome"] == "client_error"
+    assert response.headers["x-tidegate-attempts"] == "1"
+    assert dedicated_sim.stats()["requests"] == before + 1  # not retried, not failed over
 
 
 def test_cut_stream_ends_with_an_error_event(dedicated_sim, serverless_sims):
