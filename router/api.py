@@ -1,7 +1,9 @@
 """The OpenAI-compatible routes and health checks. Thin: read, hand to dispatch, shape.
 
-The proxied routes are plain Starlette endpoints (no FastAPI dependency solving on the hot
-path); the body is read once, with the configured size limit enforced while reading.
+The proxied routes are served by `LeanApi`, straight from ASGI ahead of FastAPI's middleware
+stack (which the admin, models and health routes keep): one error renderer, no dependency
+solving, no exception, telemetry or body-limit middleware on the hot path. The body is read
+once, with the configured size limit enforced while reading.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 import orjson
@@ -16,13 +19,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from router.auth import ApiKeys
 from router.config import GatewayConfig, LimitsConfig
 from router.disconnect import unless_client_leaves
 from router.dispatch import Dispatcher, Reply
-from router.errors import ClientTooSlow, InvalidRequest, ModelNotFound, PayloadTooLarge
+from router.errors import (
+    ClientTooSlow,
+    GatewayError,
+    InvalidRequest,
+    ModelNotFound,
+    PayloadTooLarge,
+    error_body,
+)
 from router.openai import PATHS
 from router.state.base import StateStore
 
@@ -96,7 +106,36 @@ class BodyResponse(_CleanupAfterSend):
         self._write_timeout_s = write_timeout_s
 
 
-def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: LimitsConfig) -> Route:
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class LeanApi:
+    """POSTs to the proxied paths go to their endpoints here; everything else (and every other
+    method on those paths, for FastAPI's 405) to `app`. A GatewayError becomes its OpenAI
+    error; anything else is logged and answered as a 500 `api_error`."""
+
+    def __init__(self, app: ASGIApp, endpoints: Mapping[str, Endpoint]) -> None:
+        self._app = app
+        self._endpoints = dict(endpoints)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self._endpoints.get(scope["path"]) if scope["type"] == "http" else None
+        if endpoint is None or scope["method"] != "POST":
+            await self._app(scope, receive, send)
+            return
+        request = Request(scope, receive, send)
+        try:
+            response = await endpoint(request)
+        except GatewayError as exc:
+            response = Response(exc.body(), status_code=exc.status_code, media_type=_JSON)
+        except Exception:
+            log.exception("unhandled error on POST %s", scope["path"])
+            body = error_body("The gateway hit an internal error.", "api_error", None, None)
+            response = Response(body, status_code=500, media_type=_JSON)
+        await response(scope, receive, send)
+
+
+def proxied_endpoint(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: LimitsConfig) -> Endpoint:
     async def endpoint(request: Request) -> Response:
         received_at = time.monotonic()
         keys.check(request)
@@ -110,7 +149,7 @@ def proxied_route(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: Limi
             return Response(status_code=499)
         return await respond(reply, limits.client_write_timeout_s)
 
-    return Route("/v1" + path, endpoint, methods=["POST"])
+    return endpoint
 
 
 async def respond(reply: Reply, write_timeout_s: float) -> Response:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from policies import registry
 from policies.base import Policy
@@ -121,7 +124,13 @@ def create_app(
             await upstream.aclose()
             await store.close()
 
-    app = FastAPI(title="tidegate", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app = GatewayApp(
+        max_in_flight=config.limits.max_in_flight,
+        title="tidegate",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
     app.state.startup_error = None
     app.state.config = config
     app.state.recorder = recorder
@@ -129,14 +138,30 @@ def create_app(
     app.state.signals = signals
     app.state.telemetry = telemetry
     for path in api.PROXIED_PATHS:
-        app.router.routes.append(api.proxied_route(path, dispatcher, keys, config.limits))
+        endpoint = api.proxied_endpoint(path, dispatcher, keys, config.limits)
+        app.lean["/v1" + path] = endpoint
+        app.router.routes.append(Route("/v1" + path, endpoint, methods=["POST"]))  # other methods: 405
     app.router.routes.extend(api.models_routes(config, keys))
     app.router.routes.extend(api.health_routes(store))
     app.router.routes.append(api.metrics_route(telemetry.registry))
     app.include_router(admin_router(config, store, signals))
     _install_error_handlers(app)
-    app.add_middleware(InFlightLimit, limit=config.limits.max_in_flight)
     return app
+
+
+class GatewayApp(FastAPI):
+    """FastAPI for the admin, models and health routes, with the proxied paths served ahead
+    of its middleware stack (api.LeanApi) and the in-flight limit outermost."""
+
+    def __init__(self, *, max_in_flight: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lean: dict[str, api.Endpoint] = {}
+        self._max_in_flight = max_in_flight
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return InFlightLimit(
+            api.LeanApi(super().build_middleware_stack(), self.lean), limit=self._max_in_flight
+        )
 
 
 def auth_mode(config: GatewayConfig) -> str:

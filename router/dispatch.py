@@ -159,10 +159,20 @@ class Dispatcher:
         return body
 
     async def _attempts(self, job: Job) -> Reply:
+        """The first attempt runs bare (most requests need no other); after a failure that
+        may be retried, tenacity owns the backoff and stop rules for the rest."""
+        try:
+            return await self._attempt(job)
+        except UpstreamFailure as exc:
+            if not self._should_retry(job, exc, 1):
+                raise
+            wait_s = self._wait(job, exc, 1)
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(job.facts.config.retry.attempts),
-            wait=lambda state: self._wait(job, state),
-            retry=lambda state: self._should_retry(job, state),
+            stop=stop_after_attempt(job.facts.config.retry.attempts - 1),
+            wait=lambda state: self._wait(job, _failure(state), state.attempt_number + 1),
+            retry=lambda state: self._should_retry(job, _failure(state), state.attempt_number + 1),
             reraise=True,
         )
         async for attempt in retrying:
@@ -170,15 +180,14 @@ class Dispatcher:
                 return await self._attempt(job)
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
 
-    def _should_retry(self, job: Job, state: RetryCallState) -> bool:
+    def _should_retry(self, job: Job, exc: BaseException | None, attempt_number: int) -> bool:
         """Retry a retryable failure while attempts remain. Failing over to another endpoint
         is always allowed; trying the same endpoint again spends the model's retry budget
         (that is what multiplies load on a struggling upstream), and is not done at all for
         a failure another try cannot mend (`retry_same`). A refusal is recorded."""
-        exc = state.outcome.exception() if state.outcome else None
         if not isinstance(exc, UpstreamFailure) or not exc.is_retryable:
             return False
-        if state.attempt_number >= job.facts.config.retry.attempts:
+        if attempt_number >= job.facts.config.retry.attempts:
             return False
         if _fails_over(job, exc):
             return True
@@ -342,18 +351,21 @@ class Dispatcher:
             self._signals.completed(lease.pool)
             await self._store.release(lease)
 
-    def _wait(self, job: Job, state: RetryCallState) -> float:
+    def _wait(self, job: Job, exc: BaseException | None, attempt_number: int) -> float:
         """No wait before a different endpoint; backoff or Retry-After before the same one."""
-        exc = state.outcome.exception() if state.outcome else None
         if _fails_over(job, exc):
             return 0.0
         if isinstance(exc, GatewayError) and exc.retry_after_s is not None:
             wait = min(exc.retry_after_s, _MAX_RETRY_AFTER_S)
         else:
-            base = job.facts.config.retry.backoff_ms / 1000.0 * 2.0 ** (state.attempt_number - 1)
+            base = job.facts.config.retry.backoff_ms / 1000.0 * 2.0 ** (attempt_number - 1)
             wait = base * random.uniform(0.5, 1.0)
         job.backoff_ms += wait * 1000
         return wait
+
+
+def _failure(state: RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome else None
 
 
 def _renamer(job: Job, target: Endpoint) -> Callable[[bytes], bytes] | None:

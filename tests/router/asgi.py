@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from router.app import create_app
 from router.config import Endpoint, parse_config
 from router.records import Recorder, RequestRecord
+from router.telemetry import Telemetry
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
@@ -185,10 +186,10 @@ def model_yaml(
 
 @contextlib.asynccontextmanager
 async def asgi_gateway(yaml_text: str, upstreams: MockUpstreams) -> AsyncIterator[Gateway]:
-    outcomes = Outcomes()
-    app = create_app(
-        parse_config(yaml_text, {}), transport=upstreams.transport, recorder=Recorder(sinks=[outcomes])
-    )
+    outcomes, telemetry = Outcomes(), Telemetry()
+    recorder = Recorder(sinks=[telemetry, outcomes])  # as the app's own, plus ours
+    config = parse_config(yaml_text, {})
+    app = create_app(config, transport=upstreams.transport, recorder=recorder, telemetry=telemetry)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, client=("10.0.0.7", 50000))
         headers = {"authorization": "Bearer key"}

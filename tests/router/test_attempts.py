@@ -47,16 +47,42 @@ def play(targets: tuple[T, ...], reason: Reason, events: list[str]) -> Walk[T]:
     [
         ((DED, SL1), ["go ded", "ok"], Reason.BASELINE, "ded", False, Outcome.FIRST_TRY),
         ((DED, SL1), ["go ded", "fail"], Reason.BASELINE, "sl1", True, None),
-        ((DED, SL1), ["go ded", "fail", "go sl1", "ok"], Reason.FAILOVER, "sl1", False, Outcome.FAILED_OVER_OK),
+        (
+            (DED, SL1),
+            ["go ded", "fail", "go sl1", "ok"],
+            Reason.FAILOVER,
+            "sl1",
+            False,
+            Outcome.FAILED_OVER_OK,
+        ),
         ((DED, SL1), ["full", "go sl1", "ok"], Reason.SATURATED, "sl1", False, Outcome.FIRST_TRY),
-        ((DED, SL1, SL2), ["full", "go sl1", "fail", "go sl2", "ok"], Reason.FAILOVER, "sl2", False,
-         Outcome.FAILED_OVER_OK),
+        (
+            (DED, SL1, SL2),
+            ["full", "go sl1", "fail", "go sl2", "ok"],
+            Reason.FAILOVER,
+            "sl2",
+            False,
+            Outcome.FAILED_OVER_OK,
+        ),
         ((SL1,), ["go sl1", "fail"], Reason.SERVERLESS_ONLY, "sl1", False, None),
-        ((SL1,), ["go sl1", "fail", "go sl1", "ok"], Reason.SERVERLESS_ONLY, "sl1", False, Outcome.RETRIED_OK),
+        (
+            (SL1,),
+            ["go sl1", "fail", "go sl1", "ok"],
+            Reason.SERVERLESS_ONLY,
+            "sl1",
+            False,
+            Outcome.RETRIED_OK,
+        ),
         ((SL1, SL2), ["go sl1", "fail", "go sl2", "fail"], Reason.FAILOVER, "sl1", True, None),  # wraps round
         # served where it first failed: a retry of that endpoint, though reached by failing over
-        ((SL1, SL2), ["go sl1", "fail", "go sl2", "fail", "go sl1", "ok"], Reason.FAILOVER, "sl1", False,
-         Outcome.RETRIED_OK),
+        (
+            (SL1, SL2),
+            ["go sl1", "fail", "go sl2", "fail", "go sl1", "ok"],
+            Reason.FAILOVER,
+            "sl1",
+            False,
+            Outcome.RETRIED_OK,
+        ),
     ],
 )
 def test_the_walk(targets, events, reason, next_name, fails_over, served):
@@ -81,14 +107,31 @@ def test_a_cancelled_or_served_attempt_does_not_move_the_cursor():
 @pytest.mark.parametrize(
     ("events", "outcome", "overhead", "expected"),
     [
-        ([], Outcome.EXHAUSTED, None, {"x-tidegate-reason": "baseline", "x-tidegate-attempts": "0",
-                                            "x-tidegate-outcome": "exhausted"}),
-        (["go ded"], None, None, {"x-tidegate-reason": "baseline", "x-tidegate-route": "ded",
-                                  "x-tidegate-kind": "dedicated"}),
-        (["go ded", "fail", "go sl1", "ok"], Outcome.FAILED_OVER_OK, 0.25, {
-            "x-tidegate-reason": "failover", "x-tidegate-route": "sl1", "x-tidegate-kind": "serverless",
-            "x-tidegate-attempts": "2", "x-tidegate-outcome": "failed_over_ok", "x-tidegate-overhead-ms": "0.250",
-        }),
+        (
+            [],
+            Outcome.EXHAUSTED,
+            None,
+            {"x-tidegate-reason": "baseline", "x-tidegate-attempts": "0", "x-tidegate-outcome": "exhausted"},
+        ),
+        (
+            ["go ded"],
+            None,
+            None,
+            {"x-tidegate-reason": "baseline", "x-tidegate-route": "ded", "x-tidegate-kind": "dedicated"},
+        ),
+        (
+            ["go ded", "fail", "go sl1", "ok"],
+            Outcome.FAILED_OVER_OK,
+            0.25,
+            {
+                "x-tidegate-reason": "failover",
+                "x-tidegate-route": "sl1",
+                "x-tidegate-kind": "serverless",
+                "x-tidegate-attempts": "2",
+                "x-tidegate-outcome": "failed_over_ok",
+                "x-tidegate-overhead-ms": "0.250",
+            },
+        ),
     ],
 )
 def test_every_tidegate_header_comes_from_one_place(events, outcome, overhead, expected):

@@ -82,7 +82,9 @@ async def test_the_answer_names_the_requested_model_and_the_header_the_upstreams
         reply = await gw.chat(stream=stream)
     assert reply.headers["x-tidegate-upstream-model"] == "up"
     if stream:
-        events = [orjson.loads(line[6:]) for line in reply.content.split(b"\n") if line.startswith(b"data: {")]
+        events = [
+            orjson.loads(line[6:]) for line in reply.content.split(b"\n") if line.startswith(b"data: {")
+        ]
         assert events and {e["model"] for e in events} == {"m"}
     else:
         assert reply.json()["model"] == "m"
@@ -100,9 +102,15 @@ async def test_response_model_upstream_keeps_the_upstreams_id():
     [
         (b'{"id":"x","model":"up/7b","choices":[]}', b'{"id":"x","model":"m","choices":[]}'),
         (b'{"id": "x", "model": "up/7b"}', b'{"id": "x", "model": "m"}'),
-        (b'data: {"model":"up/7b"}\n\ndata: {"model":"up/7b"}\n\n', b'data: {"model":"m"}\n\ndata: {"model":"m"}\n\n'),
+        (
+            b'data: {"model":"up/7b"}\n\ndata: {"model":"up/7b"}\n\n',
+            b'data: {"model":"m"}\n\ndata: {"model":"m"}\n\n',
+        ),
         (b'{"model":"up/7b-chat"}', b'{"model":"up/7b-chat"}'),  # another id that starts the same
-        (b'{"content":"the \\"model\\":\\"up/7b\\" text"}', b'{"content":"the \\"model\\":\\"up/7b\\" text"}'),
+        (
+            b'{"content":"the \\"model\\":\\"up/7b\\" text"}',
+            b'{"content":"the \\"model\\":\\"up/7b\\" text"}',
+        ),
     ],
 )
 def test_the_model_rename_touches_only_the_model_field(data, renamed):

@@ -280,3 +280,32 @@ async def test_every_outcome_is_recorded_once_with_its_attempts():
     first, second = records
     assert [a.endpoint for a in first.attempts] == ["ded", "sl1"] and first.attempts[0].error is not None
     assert [a.endpoint for a in second.attempts] == ["ded"] and second.attempts[0].error is None
+
+
+async def test_the_lean_path_keeps_headers_metrics_and_the_access_line(caplog):
+    """The proxied paths bypass FastAPI's middleware: nothing they owe the operator is lost."""
+    import logging  # noqa: PLC0415
+
+    from router.records import ACCESS_LOG  # noqa: PLC0415
+
+    upstreams = MockUpstreams({"ded": answers(OK)})
+    async with asgi_gateway(model_yaml(), upstreams) as gw:
+        with caplog.at_level(logging.INFO, logger=ACCESS_LOG):
+            reply = await gw.chat(user="u")
+        metrics = (await gw.client.get("/metrics")).text
+        wrong_method = await gw.client.get("/v1/chat/completions")
+    assert {k for k in reply.headers if k.startswith("x-tidegate-")} >= {
+        "x-tidegate-route",
+        "x-tidegate-kind",
+        "x-tidegate-reason",
+        "x-tidegate-outcome",
+        "x-tidegate-attempts",
+        "x-tidegate-overhead-ms",
+        "x-tidegate-upstream-model",
+    }
+    assert (
+        'tidegate_requests_total{kind="dedicated",model="m",outcome="first_try",route="ded"} 1.0' in metrics
+    )
+    (line,) = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOG]
+    assert orjson.loads(line)["outcome"] == "first_try"
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"

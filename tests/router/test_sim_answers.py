@@ -75,7 +75,10 @@ SCHEMA = {
 def test_a_json_schema_answer_is_an_instance_of_its_schema():
     value = instance_of(SCHEMA, random.Random(1), SCHEMA)
     assert not list(Draft202012Validator(SCHEMA).iter_errors(value))
-    payload = {"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}}}
+    payload = {
+        "messages": MSG,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}},
+    }
     (choice,) = plan(payload, FIXED, random.Random(1))
     assert choice.finish_reason == "stop"
     assert not list(Draft202012Validator(SCHEMA).iter_errors(orjson.loads(choice.text)))
@@ -83,8 +86,13 @@ def test_a_json_schema_answer_is_an_instance_of_its_schema():
     assert isinstance(orjson.loads(obj.text), dict)
 
 
-TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {
-    "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    },
+}
 
 
 @pytest.mark.parametrize(

@@ -45,24 +45,66 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 # (path, request body, schema of the answer, schema of each stream event)
 CASES: dict[str, tuple[str, dict[str, Any], str, str]] = {
-    "chat": ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 5}, "CreateChatCompletionResponse",
-             "CreateChatCompletionStreamResponse"),
-    "chat n=2 with logprobs": ("/v1/chat/completions",
-                               {"messages": MESSAGES, "max_tokens": 4, "n": 2, "logprobs": True, "top_logprobs": 2},
-                               "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse"),
-    "chat stop sequence": ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 9, "stop": ["routes"]},
-                           "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse"),
-    "chat tools": ("/v1/chat/completions", {"messages": MESSAGES, "tools": [WEATHER], "tool_choice": "required"},
-                   "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse"),
-    "chat json_schema": ("/v1/chat/completions", {"messages": MESSAGES, "response_format": {
-        "type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA, "strict": True}}},
-        "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse"),
-    "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 5, "logprobs": 1}, "CreateCompletionResponse",
-                    "CreateCompletionResponse"),
-    "responses": ("/v1/responses", {"input": "hi", "max_output_tokens": 6}, "Response", "ResponseStreamEvent"),
-    "responses tools": ("/v1/responses", {"input": "hi", "tools": [{"type": "function", "name": "get_weather",
-                                                                    "parameters": WEATHER["function"]["parameters"]}],
-                                          "tool_choice": "required"}, "Response", "ResponseStreamEvent"),
+    "chat": (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 5},
+        "CreateChatCompletionResponse",
+        "CreateChatCompletionStreamResponse",
+    ),
+    "chat n=2 with logprobs": (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 4, "n": 2, "logprobs": True, "top_logprobs": 2},
+        "CreateChatCompletionResponse",
+        "CreateChatCompletionStreamResponse",
+    ),
+    "chat stop sequence": (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 9, "stop": ["routes"]},
+        "CreateChatCompletionResponse",
+        "CreateChatCompletionStreamResponse",
+    ),
+    "chat tools": (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "tools": [WEATHER], "tool_choice": "required"},
+        "CreateChatCompletionResponse",
+        "CreateChatCompletionStreamResponse",
+    ),
+    "chat json_schema": (
+        "/v1/chat/completions",
+        {
+            "messages": MESSAGES,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA, "strict": True},
+            },
+        },
+        "CreateChatCompletionResponse",
+        "CreateChatCompletionStreamResponse",
+    ),
+    "completions": (
+        "/v1/completions",
+        {"prompt": "hi", "max_tokens": 5, "logprobs": 1},
+        "CreateCompletionResponse",
+        "CreateCompletionResponse",
+    ),
+    "responses": (
+        "/v1/responses",
+        {"input": "hi", "max_output_tokens": 6},
+        "Response",
+        "ResponseStreamEvent",
+    ),
+    "responses tools": (
+        "/v1/responses",
+        {
+            "input": "hi",
+            "tools": [
+                {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}
+            ],
+            "tool_choice": "required",
+        },
+        "Response",
+        "ResponseStreamEvent",
+    ),
 }
 
 
@@ -91,7 +133,9 @@ SIM = SimProfile(kind=Kind.SERVERLESS, name="sim", time_scale=1000.0, seed=3)
 
 @contextlib.asynccontextmanager
 async def direct() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_sim_app(SIM)), base_url="http://sim") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_sim_app(SIM)), base_url="http://sim"
+    ) as c:
         yield c
 
 
@@ -134,7 +178,8 @@ async def test_answers_follow_the_openai_spec(case, stream, via):
 async def test_embeddings_follow_the_spec_in_both_encodings(via, encoding):
     async with VIA[via]() as client:
         reply = await client.post(
-            "/v1/embeddings", json={"model": "m", "input": ["a", "b"], "encoding_format": encoding, "dimensions": 16}
+            "/v1/embeddings",
+            json={"model": "m", "input": ["a", "b"], "encoding_format": encoding, "dimensions": 16},
         )
     assert reply.status_code == 200, reply.text
     assert_valid("CreateEmbeddingResponse", reply.json())
