@@ -15,7 +15,8 @@ Variants, measured one after the other against the same upstream in one run:
   redis-norec one worker, the Redis store with `state.record: false` (no latency histograms
               or counters): the cost of recording, side by side with `redis`
 
-    python -m bench.overhead [--seconds 5] [--concurrency 1 16 64] [--variants floor memory redis redis-2w]
+    python -m bench.overhead [--seconds 5] [--rounds 1] [--concurrency 1 16 64]
+                             [--variants floor memory redis redis-2w]
 
 Prints one row per (path, concurrency, mode): requests/s, latency p50/p99, TTFT p50/p99
 (first body byte), gateway CPU ms per request, and the gateway's added p50 and p99 TTFT over
@@ -30,6 +31,7 @@ import asyncio
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -219,7 +221,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per round and variant")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per row (median CPU)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument(
         "--variants", nargs="+", choices=sorted(VARIANTS), default=["floor", "memory", "redis", "redis-2w"]
@@ -310,6 +313,9 @@ class Row:
 
 
 async def report(up: int, gateways: list[Gateway], args: argparse.Namespace) -> None:
+    """Each row's variants run in `--rounds` interleaved rounds (direct, then each gateway, then
+    again), so a slow spell of a noisy machine falls on every variant alike; a row reports
+    the median CPU per request over its rounds and the latencies of all rounds pooled."""
     rows: dict[tuple[str, int, str], Row] = {}
     print(
         f"{'path':7} {'conc':>4} {'mode':11} {'req/s':>8} {'lat p50':>8} {'lat p99':>8} "
@@ -318,29 +324,41 @@ async def report(up: int, gateways: list[Gateway], args: argparse.Namespace) -> 
     for stream in (False, True):
         path = "stream" if stream else "plain"
         for conc in args.concurrency:
-            direct = await load(
-                f"http://127.0.0.1:{up}/{path}/v1/chat/completions", "bench", stream, conc, args.seconds
-            )
+            directs: list[Run] = []
+            runs: dict[str, list[Run]] = {gw.variant.name: [] for gw in gateways}
+            cpus: dict[str, list[float]] = {gw.variant.name: [] for gw in gateways}
+            for _ in range(args.rounds):
+                direct_url = f"http://127.0.0.1:{up}/{path}/v1/chat/completions"
+                directs.append(await load(direct_url, "bench", stream, conc, args.seconds))
+                for gw in gateways:
+                    before = cpu_seconds(gw.pid)
+                    url = f"http://127.0.0.1:{gw.port}/v1/chat/completions"
+                    via = await load(url, path, stream, conc, args.seconds)
+                    cpus[gw.variant.name].append((cpu_seconds(gw.pid) - before) * 1000 / max(1, via.requests))
+                    runs[gw.variant.name].append(via)
+            direct = pooled(directs)
             print_row(path, conc, "direct", direct, "")
             for gw in gateways:
-                before = cpu_seconds(gw.pid)
-                via = await load(
-                    f"http://127.0.0.1:{gw.port}/v1/chat/completions", path, stream, conc, args.seconds
-                )
-                cpu_ms = (cpu_seconds(gw.pid) - before) * 1000 / max(1, via.requests)
+                via = pooled(runs[gw.variant.name])
+                cpu_ms = statistics.median(cpus[gw.variant.name])
                 added_p50 = pct(via.ttfts, 0.5) - pct(direct.ttfts, 0.5)
                 added_p99 = pct(via.ttfts, 0.99) - pct(direct.ttfts, 0.99)
                 rate = via.requests / via.seconds
                 lat50, lat99 = pct(via.latencies, 0.5), pct(via.latencies, 0.99)
                 rows[(path, conc, gw.variant.name)] = Row(cpu_ms, added_p50, lat50, lat99, rate)
-                print_row(
-                    path,
-                    conc,
-                    gw.variant.name,
-                    via,
-                    f"{cpu_ms:>10.3f} {added_p50:>12.3f}ms {added_p99:>6.2f}ms",
-                )
+                extra = f"{cpu_ms:>10.3f} {added_p50:>12.3f}ms {added_p99:>6.2f}ms"
+                print_row(path, conc, gw.variant.name, via, extra)
     summary(rows, args.concurrency)
+
+
+def pooled(runs: list[Run]) -> Run:
+    return Run(
+        sum(r.requests for r in runs),
+        sum(r.seconds for r in runs),
+        [x for r in runs for x in r.latencies],
+        [x for r in runs for x in r.ttfts],
+        sum(r.errors for r in runs),
+    )
 
 
 def summary(rows: dict[tuple[str, int, str], Row], concurrencies: list[int]) -> None:
