@@ -40,7 +40,7 @@ from router.errors import (
 from router.job import Facts, Job, ms_since, overhead_ms
 from router.openai import PATHS, RequestPeek, model_renamer, peek, upstream_body
 from router.records import Attempt, Measures, Outcome
-from router.relay import StreamResult, relay_stream
+from router.relay import SseRelay, StreamResult, relay_stream
 from router.signals import Signals
 from router.state.base import Lease, Slots
 from router.state.latency import Metric
@@ -104,6 +104,14 @@ class Dispatcher:
         self._upstream = upstream
         self._books = books
         self._policies = policies
+        # per (model, endpoint): the rewrite of an answer's model to the requested name
+        self._renamers = {
+            (name, e.name): None
+            if model.response_model is ResponseModel.UPSTREAM
+            else model_renamer(e.model, name)
+            for name, model in config.models.items()
+            for e in model.endpoints
+        }
 
     async def dispatch(
         self,
@@ -284,7 +292,7 @@ class Dispatcher:
 
     async def _body_reply(self, job: Job, target: Endpoint, response: httpx.Response) -> Reply:
         payload = await self._upstream.read(response, target, self._limits.max_response_bytes)
-        rename = _renamer(job, target)
+        rename = self._renamers[(job.facts.request.model, target.name)]
         if rename is not None:
             payload = rename(payload)
         return Reply(response.status_code, response_headers(response), payload)
@@ -295,21 +303,21 @@ class Dispatcher:
         """Wait for the upstream's first whole event before answering the client: until then a
         stall or a failure can still be retried elsewhere."""
         facts = job.facts
+        done_terminated = PATHS[facts.path].done_terminated
+        result = StreamResult()
+        relay = SseRelay(
+            result,
+            drop_usage=done_terminated and not facts.request.wants_usage,
+            max_event_bytes=self._limits.max_event_bytes,
+            rename=self._renamers[(facts.request.model, target.name)],
+        )
         chunks = self._upstream.chunks(response, target, facts.deadline)
         try:
-            first = await self._upstream.first_event(response, chunks, target, self._limits.max_event_bytes)
+            first = await self._upstream.first_event(response, chunks, target, relay)
         except UpstreamFailure:
             await response.aclose()
             raise
-        result = StreamResult()
-        relayed = relay_stream(
-            _prepend(first, chunks),
-            result,
-            drop_usage=PATHS[facts.path].done_terminated and not facts.request.wants_usage,
-            expect_done=PATHS[facts.path].done_terminated,
-            max_event_bytes=self._limits.max_event_bytes,
-            rename=_renamer(job, target),
-        )
+        relayed = relay_stream(relay, first, chunks, expect_done=done_terminated)
 
         async def close() -> None:
             await response.aclose()
@@ -368,22 +376,9 @@ def _failure(state: RetryCallState) -> BaseException | None:
     return state.outcome.exception() if state.outcome else None
 
 
-def _renamer(job: Job, target: Endpoint) -> Callable[[bytes], bytes] | None:
-    """The rewrite of the answer's model to the requested name (`response_model`)."""
-    if job.facts.config.response_model is ResponseModel.UPSTREAM:
-        return None
-    return model_renamer(target.model, job.facts.request.model)
-
-
 def _fails_over(job: Job, exc: BaseException | None) -> bool:
     """Whether the next attempt goes to another endpoint (no capacity anywhere is not one)."""
     return job.walk.fails_over and not isinstance(exc, NoCapacity)
-
-
-async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    yield first
-    async for chunk in rest:
-        yield chunk
 
 
 def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) -> str:

@@ -62,7 +62,7 @@ class SseRelay:
         max_event_bytes: int = 8 << 20,
         rename: Callable[[bytes], bytes] | None = None,
     ) -> None:
-        self._result = result
+        self.result = result
         self._rename = rename
         self._drop_usage = drop_usage
         self._max_event = max_event_bytes
@@ -72,8 +72,7 @@ class SseRelay:
     def feed(self, chunk: bytes) -> bytes:
         """Bytes of the complete events in `buffer + chunk` to send now (maybe empty), with
         the answer's model renamed when the gateway was asked to."""
-        out = self._complete_events(chunk)
-        return self._rename(out) if self._rename is not None and out else out
+        return self._renamed(self._complete_events(chunk))
 
     def _complete_events(self, chunk: bytes) -> bytes:
         chunk = self._normalise(chunk)
@@ -87,21 +86,23 @@ class SseRelay:
         del self._buffer[: end + 2]
         self._check_size()
         if (
-            self._result.first_token_at is None
+            self.result.first_token_at is None
             or _USAGE_OBJECT in complete
             or (_USAGE_OBJECT_SPACED in complete)
         ):
             return self._inspect(complete)
-        self._result.output_events += complete.count(_EVENT_END)
+        self.result.output_events += complete.count(_EVENT_END)
         if _DONE in complete:
-            self._result.completed = True
+            self.result.completed = True
         return complete
 
     def flush(self) -> bytes:
         """What is left when the upstream closed: an unterminated last event, if any."""
         rest = bytes(self._buffer)
         self._buffer.clear()
-        out = self._inspect(rest + _EVENT_END) if rest.strip() else b""
+        return self._renamed(self._inspect(rest + _EVENT_END) if rest.strip() else b"")
+
+    def _renamed(self, out: bytes) -> bytes:
         return self._rename(out) if self._rename is not None and out else out
 
     def _normalise(self, chunk: bytes) -> bytes:
@@ -131,37 +132,45 @@ class SseRelay:
         if data is None:
             return True
         if data == b"[DONE]":
-            self._result.completed = True
+            self.result.completed = True
             return True
         parsed = _loads(data)
         usage = _usage_of(parsed)
         if usage is not None:
-            self._result.usage = usage
+            self.result.usage = usage
             if self._drop_usage and parsed.get("choices") == []:
                 return False  # the usage-only chunk the client did not ask for
         if _carries_output(parsed):
-            self._result.output_events += 1
-            if self._result.first_token_at is None:
-                self._result.first_token_at = time.monotonic()
+            self.result.output_events += 1
+            if self.result.first_token_at is None:
+                self.result.first_token_at = time.monotonic()
         return True
 
 
+async def first_events(relay: SseRelay, chunks: AsyncIterator[bytes]) -> bytes:
+    """Feed `relay` until it has whole events to send: the client bytes of the stream's first
+    events, or what it held when the stream ended (b"" for an empty stream). The relay's own
+    errors (an oversized event) are raised: nothing has reached the client yet."""
+    async for chunk in chunks:
+        out = relay.feed(chunk)
+        if out:
+            return out
+    return relay.flush()
+
+
 async def relay_stream(
-    chunks: AsyncIterator[bytes],
-    result: StreamResult,
-    *,
-    drop_usage: bool,
-    expect_done: bool,
-    max_event_bytes: int = 8 << 20,
-    rename: Callable[[bytes], bytes] | None = None,
+    relay: SseRelay, first: bytes, chunks: AsyncIterator[bytes], *, expect_done: bool
 ) -> AsyncIterator[bytes]:
-    """Yield client bytes; on an upstream failure after the first byte, end the stream with
-    an OpenAI-shaped error event instead of raising (a retry is impossible by then).
+    """Yield `first` (see `first_events`), then the client bytes of the rest of `chunks`; on
+    an upstream failure after the first byte, end the stream with an OpenAI-shaped error
+    event instead of raising (a retry is impossible by then).
 
     `expect_done`: the protocol ends with `data: [DONE]` (chat and text completions), so a
     stream closed without it was cut short."""
-    relay = SseRelay(result, drop_usage=drop_usage, max_event_bytes=max_event_bytes, rename=rename)
+    result = relay.result
     try:
+        if first:
+            yield first
         async for chunk in chunks:
             out = relay.feed(chunk)
             if out:
@@ -172,21 +181,20 @@ async def relay_stream(
         if expect_done and not result.completed:
             raise UpstreamStreamCut("the upstream closed the stream before it finished")
         result.completed = True
-    except UpstreamUnreachable as exc:  # reset, refused, closed early: one stable code
-        cut = (
-            exc
-            if isinstance(exc, UpstreamStreamCut)
-            else UpstreamStreamCut("the upstream's stream was cut off", detail=exc.detail or exc.message)
-        )
-        result.error = cut
-        yield error_event(cut)
     except GatewayError as exc:
-        result.error = exc
-        yield error_event(exc)
+        result.error = _as_cut(exc)
+        yield error_event(result.error)
     except Exception as exc:  # a bug of ours or an untranslated transport error: recorded, ended cleanly
         log.exception("stream relay failed")
         result.error = GatewayError("the gateway hit an internal error", detail=repr(exc))
         yield error_event(result.error)
+
+
+def _as_cut(exc: GatewayError) -> GatewayError:
+    """A stream lost after its first byte (reset, refused, closed early) has one stable code."""
+    if isinstance(exc, UpstreamUnreachable) and not isinstance(exc, UpstreamStreamCut):
+        return UpstreamStreamCut("the upstream's stream was cut off", detail=exc.detail or exc.message)
+    return exc
 
 
 def error_event(exc: GatewayError) -> bytes:

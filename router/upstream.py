@@ -27,6 +27,7 @@ from router.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from router.relay import SseRelay, first_events
 
 log = logging.getLogger("tidegate.upstream")
 
@@ -159,12 +160,12 @@ class Upstream:
             raise translate(exc, endpoint) from exc
 
     async def first_event(
-        self, response: httpx.Response, chunks: AsyncIterator[bytes], endpoint: Endpoint, max_event_bytes: int
+        self, response: httpx.Response, chunks: AsyncIterator[bytes], endpoint: Endpoint, relay: SseRelay
     ) -> bytes:
-        """The stream's bytes up to the end of its first whole SSE event, within the endpoint's
-        `ttft_s`. Until then nothing is sent to the client, so an answer that is not an event
-        stream, an empty stream, a stall or a first event over `max_event_bytes` is an upstream
-        failure that can still fail over."""
+        """The client bytes of the stream's first whole events, framed by `relay`, within the
+        endpoint's `ttft_s`. Until then nothing is sent to the client, so an answer that is
+        not an event stream, an empty stream, a stall or a first event over the relay's
+        `max_event_bytes` is an upstream failure that can still fail over."""
         kind = response.headers.get("content-type", "")
         if not kind.lower().startswith("text/event-stream"):
             raise UpstreamBadResponse(
@@ -173,11 +174,14 @@ class Upstream:
             )
         try:
             async with asyncio.timeout(endpoint.timeouts.ttft_s):
-                return await _through_first_event(chunks, endpoint, max_event_bytes)
+                first = await first_events(relay, chunks)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{endpoint.name}: no first token within {endpoint.timeouts.ttft_s:g}s"
             ) from exc
+        if not first:
+            raise UpstreamUnreachable(f"{endpoint.name}: empty stream")
+        return first
 
     async def read(self, response: httpx.Response, endpoint: Endpoint, max_bytes: int) -> bytes:
         """The whole body within the endpoint's `total_s` and `max_bytes` (else
@@ -291,30 +295,3 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None  # an HTTP-date: rare from LLM APIs, fall back to our own backoff
-
-
-_EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r")
-
-
-async def _through_first_event(chunks: AsyncIterator[bytes], endpoint: Endpoint, max_bytes: int) -> bytes:
-    head = bytearray()
-    async for chunk in chunks:
-        scanned = len(head)
-        head += chunk
-        if _has_event_end(head, scanned):
-            return bytes(head)
-        if len(head) > max_bytes:
-            raise UpstreamBadResponse(
-                f"{endpoint.name}: the upstream's first event is too large",
-                detail=f"{endpoint.name}: first event over limits.max_event_bytes ({max_bytes})",
-            )
-    if not head:
-        raise UpstreamUnreachable(f"{endpoint.name}: empty stream")
-    return bytes(head)  # a stream of one unterminated event: the relay judges it
-
-
-def _has_event_end(buffer: bytearray, scanned: int) -> bool:
-    """Whether `buffer` holds a blank line; only its bytes from `scanned` (less the 3 a line
-    end split across chunks may have left behind) are searched, so the scan stays linear."""
-    start = max(0, scanned - 3)
-    return any(buffer.find(end, start) >= 0 for end in _EVENT_ENDS)

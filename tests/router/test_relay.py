@@ -74,7 +74,7 @@ def test_failure_after_first_byte_becomes_an_error_event():
 
     async def run() -> tuple[list[bytes], StreamResult]:
         result = StreamResult()
-        out = [b async for b in relay_stream(upstream(), result, drop_usage=True, expect_done=True)]
+        out = [b async for b in relay_stream(SseRelay(result, drop_usage=True), b"", upstream(), expect_done=True)]
         return out, result
 
     out, result = asyncio.run(run())
@@ -90,6 +90,6 @@ def test_stream_closed_without_done_is_reported_as_cut():
         yield chunk("a")
 
     async def run() -> list[bytes]:
-        return [b async for b in relay_stream(upstream(), StreamResult(), drop_usage=True, expect_done=True)]
+        return [b async for b in relay_stream(SseRelay(StreamResult(), drop_usage=True), b"", upstream(), expect_done=True)]
 
     assert asyncio.run(run())[-1].startswith(b"event: error")
