@@ -26,12 +26,12 @@ from router.config import GatewayConfig, LimitsConfig
 from router.disconnect import unless_client_leaves
 from router.dispatch import Dispatcher, Reply
 from router.errors import (
+    INTERNAL_ERROR_MESSAGE,
     ClientTooSlow,
     GatewayError,
     InvalidRequest,
     ModelNotFound,
     PayloadTooLarge,
-    error_body,
 )
 from router.openai import PATHS
 from router.state.base import StateStore
@@ -127,12 +127,17 @@ class LeanApi:
         try:
             response = await endpoint(request)
         except GatewayError as exc:
-            response = Response(exc.body(), status_code=exc.status_code, media_type=_JSON)
+            response = error_response(exc)
         except Exception:
             log.exception("unhandled error on POST %s", scope["path"])
-            body = error_body("The gateway hit an internal error.", "api_error", None, None)
-            response = Response(body, status_code=500, media_type=_JSON)
+            response = error_response(GatewayError(INTERNAL_ERROR_MESSAGE))
         await response(scope, receive, send)
+
+
+def error_response(exc: GatewayError) -> Response:
+    """A GatewayError as the OpenAI-shaped error the client gets (the lean path and FastAPI's
+    handlers both answer with this)."""
+    return Response(exc.body(), status_code=exc.status_code, media_type=_JSON)
 
 
 def proxied_endpoint(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: LimitsConfig) -> Endpoint:

@@ -29,7 +29,14 @@ from router.bookkeeping import Books
 from router.breaker import Breakers, breaker_configs
 from router.config import ConfigError, GatewayConfig
 from router.dispatch import Dispatcher
-from router.errors import GatewayError, InvalidRequest, MethodNotAllowed, RouteNotFound, error_body
+from router.errors import (
+    INTERNAL_ERROR_MESSAGE,
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    RouteNotFound,
+    error_body,
+)
 from router.limits import InFlightLimit
 from router.records import Recorder
 from router.signals import Signals
@@ -177,7 +184,7 @@ def auth_mode(config: GatewayConfig) -> str:
 def _install_error_handlers(app: FastAPI) -> None:
     async def gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, GatewayError)
-        return Response(exc.body(), status_code=exc.status_code, media_type="application/json")
+        return api.error_response(exc)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -201,11 +208,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return Response(
-            error_body("The gateway hit an internal error.", "api_error", None, None),
-            status_code=500,
-            media_type="application/json",
-        )
+        return api.error_response(GatewayError(INTERNAL_ERROR_MESSAGE))
 
     app.add_exception_handler(GatewayError, gateway_error)
     app.add_exception_handler(HTTPException, http_error)

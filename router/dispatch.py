@@ -29,6 +29,7 @@ from router.breaker import Breakers
 from router.budget import RetryBudget
 from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ResponseModel
 from router.errors import (
+    INTERNAL_ERROR_MESSAGE,
     REQUEST_TIMEOUT_MESSAGE,
     GatewayError,
     ModelNotFound,
@@ -154,7 +155,7 @@ class Dispatcher:
             raise
         except Exception as exc:  # a bug of ours: logged and recorded, never a lost request
             log.exception("internal error while dispatching %s for %s", path, request.model)
-            return self._failed(job, GatewayError("The gateway hit an internal error.", detail=repr(exc)))
+            return self._failed(job, GatewayError(INTERNAL_ERROR_MESSAGE, detail=repr(exc)))
 
     def _body_for(self, job: Job, target: Endpoint) -> bytes:
         """The upstream body for `target`, encoded once per upstream model id."""

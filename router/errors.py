@@ -36,6 +36,8 @@ from typing import ClassVar
 
 import orjson
 
+INTERNAL_ERROR_MESSAGE = "The gateway hit an internal error."  # a bug of ours: the details go to the log
+
 
 class GatewayError(Exception):
     status: ClassVar[int] = 500
