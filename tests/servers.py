@@ -308,3 +308,20 @@ def http_response(status: str, headers: str = "", body: bytes = b"") -> bytes:
         f"HTTP/1.1 {status}\r\n{headers}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
         + body
     )
+
+
+# Upstream answers that break HTTP or refuse the gateway itself, for RawUpstream.
+BROKEN_UPSTREAMS = {
+    "malformed status line": b"HTTP/1.1 abc\r\n\r\n",
+    "header over 8 KiB": http_response("200 OK", "x-big: " + "a" * 10_000 + "\r\n", b"{}"),
+    "401 with a key hint": http_response(
+        "401 Unauthorized",
+        "content-type: application/json\r\n",
+        b'{"error": {"message": "Incorrect API key provided: sk-prov...wxyz", "type": "invalid_request_error"}}',
+    ),
+    "403": http_response("403 Forbidden", "", b"nope"),
+    "404 (wrong base_url)": http_response("404 Not Found", "", b"no such path"),
+    "302 redirect": http_response("302 Found", "location: http://elsewhere.example/\r\n"),
+    "closed without answering": b"",
+    "truncated body": b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\ncontent-type: application/json\r\n\r\n{",
+}

@@ -20,7 +20,7 @@ import redis
 from router.sim.profile import Kind, SimProfile
 from tests.conftest import serverless_profile
 from tests.matrix import MatrixRow, burst, one_request, settled_value
-from tests.servers import CliProcess, RawUpstream, RedisServer, Sim, http_response
+from tests.servers import BROKEN_UPSTREAMS, CliProcess, RawUpstream, RedisServer, Sim, http_response
 
 COUNT, CONCURRENCY = 16, 4
 # What a resource case may leave resident: the worst the limits allow here is 24 requests in
@@ -38,13 +38,9 @@ MiB = 1024 * 1024
 
 # models whose dedicated endpoint is a raw upstream that breaks HTTP; serverless serves them
 RAW_UPSTREAMS = {
-    "malformed-status": b"HTTP/1.1 abc\r\n\r\n",
-    "header-over-8k": http_response("200 OK", "x-big: " + "a" * 10_000 + "\r\n", b"{}"),
-    "upstream-401": http_response(
-        "401 Unauthorized",
-        "content-type: application/json\r\n",
-        b'{"error": {"message": "Incorrect API key provided: sk-prov...wxyz"}}',
-    ),
+    "malformed-status": BROKEN_UPSTREAMS["malformed status line"],
+    "header-over-8k": BROKEN_UPSTREAMS["header over 8 KiB"],
+    "upstream-401": BROKEN_UPSTREAMS["401 with a key hint"],
     "body-64mib": http_response("200 OK", "content-type: application/json\r\n", b" " * (64 * MiB)),
     "event-16mib": b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: " + b"a" * (16 * MiB),
 }

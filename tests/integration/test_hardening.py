@@ -24,7 +24,14 @@ from router.errors import UpstreamBadResponse, UpstreamUnreachable
 from router.relay import SseRelay, StreamResult
 from router.upstream import Upstream, aiohttp_transport, upstream_headers
 from tests.conftest import dedicated_profile, serverless_profile
-from tests.servers import RawUpstream, Sim, ThreadServer, free_port_iter, http_response, wait_until
+from tests.servers import (
+    BROKEN_UPSTREAMS,
+    RawUpstream,
+    Sim,
+    ThreadServer,
+    free_port_iter,
+    wait_until,
+)
 
 TIMEOUTS = "timeouts: {connect_s: 1, ttft_s: 2, idle_s: 2, total_s: 10}"
 
@@ -65,22 +72,6 @@ def chat(url: str, *, stream: bool = False, **extra: Any) -> httpx.Response:
         with client.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}) as r:
             r.read()
             return r
-
-
-BROKEN_UPSTREAMS = {
-    "malformed status line": b"HTTP/1.1 abc\r\n\r\n",
-    "header over 8 KiB": http_response("200 OK", "x-big: " + "a" * 10_000 + "\r\n", b"{}"),
-    "401 with a key hint": http_response(
-        "401 Unauthorized",
-        "content-type: application/json\r\n",
-        b'{"error": {"message": "Incorrect API key provided: sk-prov...wxyz", "type": "invalid_request_error"}}',
-    ),
-    "403": http_response("403 Forbidden", "", b"nope"),
-    "404 (wrong base_url)": http_response("404 Not Found", "", b"no such path"),
-    "302 redirect": http_response("302 Found", "location: http://elsewhere.example/\r\n"),
-    "closed without answering": b"",
-    "truncated body": b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\ncontent-type: application/json\r\n\r\n{",
-}
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN_UPSTREAMS))
