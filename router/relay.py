@@ -170,6 +170,9 @@ async def relay_stream(
     result = relay.result
     try:
         if first:
+            if result.first_token_at is not None:
+                # framed before the answer started: the first token is timed as it is relayed
+                result.first_token_at = time.monotonic()
             yield first
         async for chunk in chunks:
             out = relay.feed(chunk)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
 import pytest
 
 from router.errors import UpstreamTimeout
-from router.relay import SseRelay, StreamResult, relay_stream
+from router.relay import SseRelay, StreamResult, first_events, relay_stream
 
 
 def chunk(content: str | None, *, usage: dict[str, int] | None = None, choices: bool = True) -> bytes:
@@ -93,3 +94,26 @@ def test_stream_closed_without_done_is_reported_as_cut():
         return [b async for b in relay_stream(SseRelay(StreamResult(), drop_usage=True), b"", upstream(), expect_done=True)]
 
     assert asyncio.run(run())[-1].startswith(b"event: error")
+
+
+def test_a_first_event_framed_before_the_answer_started_is_timed_when_relayed():
+    """TTFT is "first output relayed": framing the first events early (to fail over before
+    the client sees anything) must not move it earlier."""
+
+    async def run() -> tuple[float, StreamResult]:
+        async def upstream():
+            yield chunk("a")
+            yield b"data: [DONE]\n\n"
+
+        result = StreamResult()
+        relay = SseRelay(result, drop_usage=False)
+        chunks = upstream()
+        first = await first_events(relay, chunks)
+        assert result.first_token_at is not None  # seen while framing ...
+        before_relaying = time.monotonic()
+        out = [b async for b in relay_stream(relay, first, chunks, expect_done=True)]
+        assert out[0] == chunk("a") and result.completed
+        return before_relaying, result
+
+    before_relaying, result = asyncio.run(run())
+    assert result.first_token_at is not None and result.first_token_at >= before_relaying  # ... timed when relayed
