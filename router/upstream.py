@@ -79,18 +79,30 @@ def aiohttp_transport(endpoint: Endpoint) -> httpx.AsyncBaseTransport:
 
 
 class Upstream:
-    """Opens requests to endpoints and maps every transport failure to `UpstreamFailure`."""
+    """Opens requests to endpoints and maps every transport failure to `UpstreamFailure`.
+
+    Requests go straight to each endpoint's transport, not through an `httpx.AsyncClient`:
+    the gateway needs none of a client's cookies, auth flows, redirects or hooks, and a shared
+    cookie jar would be worse than waste: state an upstream could grow without bound and would
+    get back on every later request, whoever sent it."""
 
     def __init__(self, endpoints: Iterable[Endpoint], transport: TransportFactory) -> None:
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._transports: dict[str, httpx.AsyncBaseTransport] = {}
+        self._timeouts: dict[str, dict[str, float | None]] = {}
+        self._urls: dict[tuple[str, str], httpx.URL] = {}
         for endpoint in endpoints:
-            if endpoint.name in self._clients:
+            if endpoint.name in self._transports:
                 continue
             t = endpoint.timeouts
-            self._clients[endpoint.name] = httpx.AsyncClient(
-                transport=transport(endpoint),
-                timeout=httpx.Timeout(t.total_s, connect=t.connect_s, read=t.idle_s, pool=t.connect_s),
-            )
+            self._transports[endpoint.name] = transport(endpoint)
+            timeout = httpx.Timeout(t.total_s, connect=t.connect_s, read=t.idle_s, pool=t.connect_s)
+            self._timeouts[endpoint.name] = timeout.as_dict()
+
+    def _url(self, endpoint: Endpoint, path: str) -> httpx.URL:
+        url = self._urls.get((endpoint.name, path))
+        if url is None:  # one per (endpoint, OpenAI path): a handful
+            url = self._urls[endpoint.name, path] = httpx.URL(endpoint.base_url.rstrip("/") + path)
+        return url
 
     async def open(
         self,
@@ -112,20 +124,24 @@ class Upstream:
         came within the endpoint's `ttft_s`, UpstreamBadResponse for a malformed answer and
         UpstreamUnreachable for connection failures.
         """
-        client = self._clients[endpoint.name]
         headers = upstream_headers(client_headers, endpoint, trace_context, client_ip)
         try:
-            request = client.build_request(
-                "POST", endpoint.base_url.rstrip("/") + path, content=body, headers=headers
+            request = httpx.Request(
+                "POST",
+                self._url(endpoint, path),
+                content=body,
+                headers=headers,
+                extensions={"timeout": self._timeouts[endpoint.name]},
             )
             async with asyncio.timeout(endpoint.timeouts.ttft_s):
-                response = await client.send(request, stream=True)
+                response = await self._transports[endpoint.name].handle_async_request(request)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{endpoint.name}: no response within {endpoint.timeouts.ttft_s:g}s"
             ) from exc
         except _TRANSPORT_ERRORS as exc:
             raise translate(exc, endpoint) from exc
+        response.request = request
         if not 200 <= response.status_code < 300:
             raise await _status_failure(response, endpoint)
         return response
@@ -207,7 +223,7 @@ class Upstream:
         return bytes(body)
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(c.aclose() for c in self._clients.values()))
+        await asyncio.gather(*(t.aclose() for t in self._transports.values()))
 
 
 def response_headers(response: httpx.Response) -> dict[str, str]:

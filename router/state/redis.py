@@ -23,7 +23,9 @@ Latency samples are buffered in-process and merged into Redis in the background 
 `flush_s` (HINCRBY into `...:lat:{route}:{metric}:{slice}` hashes, see router/latency.py),
 so recording adds no round trip to a request. Each slice expires after `retention_s`.
 
-On the request path Redis costs exactly two round trips: the acquire and the release.
+On the request path Redis costs exactly two commands: the acquire and the release. Commands
+issued in the same event-loop turn share one pipeline (router/state/redis_batch.py), so under
+load many requests' acquires and releases share a round trip.
 `snapshot()` reads copies that background tasks refresh (pool counts every `refresh_s`,
 latency figures every second).
 
@@ -73,6 +75,7 @@ from router.state.latency import (
     slices_in_window,
 )
 from router.state.memory import MemoryStore
+from router.state.redis_batch import Batcher
 from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, TRIP
 
 log = logging.getLogger("tidegate.state")
@@ -140,7 +143,8 @@ class RedisStore:
         self._retention_s = int(retention_s)
         self._prefix = prefix
         self._canary_key = f"{prefix}:canary"
-        self._acquire = self._redis.register_script(ACQUIRE)
+        self._acquire_sha = self._redis.register_script(ACQUIRE).sha
+        self._batch = Batcher(self._redis)
         self._trip = self._redis.register_script(TRIP)
         self._fallback_share = fallback_share
         self._local = MemoryStore()  # admission while Redis is unreachable
@@ -199,7 +203,7 @@ class RedisStore:
         args += [slots.weight, slots.max_waiters]
         pause = _POLL_MIN_S
         while True:
-            answer = int(await self._acquire(keys=keys, args=args))
+            answer = int(await self._batch.call_script(self._acquire_sha, ACQUIRE, keys, args))
             if answer == 1:
                 return True
             remaining = deadline - time.monotonic()
@@ -264,8 +268,9 @@ class RedisStore:
             return
         held = members(lease.token, lease.weight)
         self._held.get(lease.pool, set()).difference_update(held)
+        key = self.key(lease.pool)
         try:
-            await self._redis.zrem(self.key(lease.pool), *held)
+            await self._batch.call(lambda pipe: pipe.zrem(key, *held))
         except RedisError as exc:
             log.warning("state store: release on %s failed, the lease will expire: %s", lease.pool, exc)
         released = self._released.pop(lease.pool, None)

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
@@ -14,6 +15,7 @@ from router.state.base import Slots, StateStore, StoreUnreachableAtStart
 from router.state.latency import Metric
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
+from router.state.redis_scripts import ACQUIRE
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -250,7 +252,9 @@ async def test_redis_drops_a_waiter_whose_replica_stopped_polling(redis_url):
         holder = await alive.try_acquire("p", Slots(1))
         # a waiter that joins the line once and then never polls again (its replica died)
         keys = dead._line_keys("p")
-        assert not await dead._acquire(keys=keys, args=[1, "ghost", 30000, "1", 1000, 1, 64])
+        raw = Redis.from_url(redis_url)
+        assert not await raw.eval(ACQUIRE, 3, *keys, 1, "ghost", 30000, "1", 1000, 1, 64)
+        await raw.aclose()
         await alive.release(holder)
         lease = await alive.try_acquire("p", Slots(1), wait_s=5.0)
         assert lease is not None  # admitted once the ghost went stale, not stuck behind it

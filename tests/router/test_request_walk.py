@@ -220,6 +220,19 @@ async def test_an_open_circuit_is_skipped_as_circuit_open():
     assert (reply.headers["x-tidegate-route"], reply.headers["x-tidegate-reason"]) == ("sl1", "circuit_open")
 
 
+async def test_cookies_an_upstream_sets_are_neither_kept_nor_sent_back_nor_relayed():
+    """A shared cookie jar would be state any upstream could grow and would get back on
+    every later request, from any client."""
+    cookies = [f"c{i}=v{i}; Path=/" for i in range(50)]
+    setting = httpx.Response(200, headers=[("set-cookie", c) for c in cookies], json=OK.json())
+    upstreams = MockUpstreams({"sl1": answers(setting)})
+    async with asgi_gateway(model_yaml(dedicated=(), serverless=("sl1",)), upstreams) as gw:
+        replies = [await gw.chat() for _ in range(3)]
+    assert all(r.status_code == 200 and "set-cookie" not in r.headers for r in replies)
+    assert len(upstreams.seen) == 3
+    assert all("cookie" not in sent.headers for _, sent in upstreams.seen)
+
+
 async def test_what_the_upstream_receives_and_what_the_client_is_told():
     upstreams = MockUpstreams({"sl1": answers(OK)})
     async with asgi_gateway(model_yaml(dedicated=(), serverless=("sl1",)), upstreams) as gw:

@@ -1,0 +1,107 @@
+"""Auto-pipelining (router/state/redis_batch.py) against a real redis-server: commands issued
+together share round trips, every caller gets its own reply or error, and a script the server
+forgot is loaded again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from router.state.base import Slots
+from router.state.redis import RedisStore
+from router.state.redis_batch import MAX_BATCH, Batcher
+
+
+class CountingRedis(Redis):
+    """A client that counts the pipelines it runs (one per round trip)."""
+
+    pipelines = 0
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        CountingRedis.pipelines += 1
+        return super().pipeline(*args, **kwargs)
+
+
+async def test_commands_issued_together_share_round_trips_and_each_gets_its_reply(redis_url):
+    client = CountingRedis.from_url(redis_url)
+    batch = Batcher(client)
+    CountingRedis.pipelines = 0
+    try:
+        replies = await asyncio.gather(*(batch.call(lambda p, i=i: p.incrby("n", i)) for i in range(1, 301)))
+        assert sorted(replies) == sorted(set(replies))  # each caller saw its own INCRBY's result
+        assert max(replies) == sum(range(1, 301))
+        assert CountingRedis.pipelines == -(-300 // MAX_BATCH)  # 300 commands, 2 round trips
+    finally:
+        await client.aclose()
+
+
+async def test_a_failing_command_fails_its_caller_only(redis_url):
+    client = Redis.from_url(redis_url)
+    batch = Batcher(client)
+    try:
+        await client.set("text", "x")
+        good = batch.call(lambda p: p.incr("n"))
+        bad = batch.call(lambda p: p.incr("text"))  # not an integer
+        results = await asyncio.gather(good, bad, return_exceptions=True)
+        assert results[0] == 1
+        assert isinstance(results[1], ResponseError)
+    finally:
+        await client.aclose()
+
+
+async def test_a_cancelled_caller_leaves_the_others_their_replies(redis_url):
+    client = Redis.from_url(redis_url)
+    batch = Batcher(client)
+    try:
+        calls = [asyncio.create_task(batch.call(lambda p: p.incr("n"))) for _ in range(5)]
+        await asyncio.sleep(0)  # all five are queued in the same turn
+        calls[2].cancel()
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert isinstance(results[2], asyncio.CancelledError)
+        assert sorted(r for i, r in enumerate(results) if i != 2) == [1, 2, 4, 5]  # the command ran
+    finally:
+        await client.aclose()
+
+
+async def test_every_caller_gets_an_error_when_redis_is_gone():
+    client = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
+    batch = Batcher(client)
+    try:
+        results = await asyncio.gather(*(batch.call(lambda p: p.ping()) for _ in range(3)), return_exceptions=True)
+        assert all(isinstance(r, RedisError) for r in results), results
+    finally:
+        await client.aclose()
+
+
+async def test_the_acquire_script_is_loaded_again_after_script_flush(redis_url):
+    store = RedisStore(redis_url, ["p"])
+    raw = Redis.from_url(redis_url)
+    try:
+        assert await store.try_acquire("p", Slots(2)) is not None
+        await raw.script_flush()  # what a Redis restart or failover does to the script cache
+        assert await store.try_acquire("p", Slots(2)) is not None
+        assert await store.try_acquire("p", Slots(2)) is None  # still counting: capacity 2
+        assert not store.degraded
+    finally:
+        await raw.aclose()
+        await store.close()
+
+
+@pytest.mark.parametrize("concurrent", [1, 40])
+async def test_concurrent_acquires_and_releases_leave_no_lease(redis_url, concurrent):
+    store = RedisStore(redis_url, ["p"])
+    raw = Redis.from_url(redis_url)
+    try:
+        leases = await asyncio.gather(*(store.try_acquire("p", Slots(25)) for _ in range(concurrent)))
+        granted = [lease for lease in leases if lease is not None]
+        assert len(granted) == min(concurrent, 25)
+        assert await raw.zcard(store.key("p")) == len(granted)
+        await asyncio.gather(*(store.release(lease) for lease in granted))
+        assert await raw.zcard(store.key("p")) == 0
+    finally:
+        await raw.aclose()
+        await store.close()
