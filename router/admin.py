@@ -13,6 +13,7 @@ from fastapi import APIRouter, Body, Depends, Request
 from policies.types import Snapshot, route_key
 from router.auth import KeyDigests, bearer_token
 from router.config import GatewayConfig, ModelConfig
+from router.economics_report import economics_report
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
 from router.report import figures_json, parse_window, routes_report
 from router.signals import Signals
@@ -75,8 +76,7 @@ def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> 
             "state_store": store.name,
         }
 
-    @router.get("/routes")
-    async def get_routes(window: str = "5m") -> dict[str, Any]:
+    def window_of(window: str) -> float:
         try:
             window_s = parse_window(window)
         except ValueError as exc:
@@ -86,7 +86,18 @@ def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> 
                 f"window must be from 1 s to state.retention_s ({config.state.retention_s:g} s)",
                 param="window",
             )
-        return await routes_report(config, store, signals.snapshot(), window_s)
+        return window_s
+
+    @router.get("/routes")
+    async def get_routes(window: str = "5m") -> dict[str, Any]:
+        return await routes_report(config, store, signals.snapshot(), window_of(window))
+
+    @router.get("/report")
+    async def get_report(window: str = "24h", model: str | None = None) -> dict[str, Any]:
+        """The economics report: costs, what-ifs, recommendations, traffic shape, series."""
+        if model is not None:
+            model_config(model)
+        return await economics_report(config, store, signals.snapshot(), window_of(window), model)
 
     @router.get("/models/{model}")
     async def get_model(model: str) -> dict[str, Any]:

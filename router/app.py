@@ -28,6 +28,7 @@ from router.auth import ApiKeys
 from router.bookkeeping import Books
 from router.breaker import Breakers, breaker_configs
 from router.config import ConfigError, GatewayConfig
+from router.costs import EconomicsGauges
 from router.dispatch import Dispatcher
 from router.errors import (
     INTERNAL_ERROR_MESSAGE,
@@ -37,12 +38,14 @@ from router.errors import (
     RouteNotFound,
     error_body,
 )
+from router.feedback import feedback_route
 from router.limits import InFlightLimit
 from router.records import Recorder
 from router.signals import Signals
 from router.state.base import StateStore, StoreUnreachableAtStart
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
+from router.tasks import TaskLedger
 from router.telemetry import Telemetry, default_providers
 from router.upstream import TransportFactory, Upstream, aiohttp_transport
 
@@ -68,7 +71,9 @@ def store_for(config: GatewayConfig) -> StateStore:
     state = config.state
     routes = config.route_keys()
     if not state.redis_url:
-        return MemoryStore(routes, window_s=state.window_s, retention_s=state.retention_s)
+        return MemoryStore(
+            routes, window_s=state.window_s, retention_s=state.retention_s, max_tasks=config.tasks.max_tracked
+        )
     pools = [d.name for model in config.models.values() for d in model.dedicated]
     return RedisStore(
         state.redis_url,
@@ -100,11 +105,13 @@ def create_app(
     recorder = recorder or Recorder(sinks=[telemetry])
     signals = Signals(config, store)
     telemetry.watch(signals.snapshot, store)
+    ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled)
+    gauges = EconomicsGauges(config, store, telemetry.economics)
     dispatcher = Dispatcher(
         config,
         store,
         upstream,
-        books=Books(store, recorder, recording=config.state.record),
+        books=Books(store, recorder, recording=config.state.record, ledger=ledger),
         policies=build_policies(config),
         signals=signals,
         breakers=Breakers(store, breaker_configs(config)),
@@ -124,10 +131,14 @@ def create_app(
             raise
         log.info("%s", auth_mode(config))
         await signals.start()
+        ledger.start()
+        gauges.start()
         try:
             yield
         finally:
+            await gauges.close()
             await signals.close()
+            await ledger.close()
             await upstream.aclose()
             await store.close()
 
@@ -138,17 +149,22 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
-    app.state.startup_error = None
-    app.state.config = config
-    app.state.recorder = recorder
-    app.state.store = store
-    app.state.signals = signals
-    app.state.telemetry = telemetry
+    for name, value in (
+        ("startup_error", None),
+        ("config", config),
+        ("recorder", recorder),
+        ("store", store),
+        ("signals", signals),
+        ("telemetry", telemetry),
+        ("ledger", ledger),
+    ):
+        setattr(app.state, name, value)
     for path in api.PROXIED_PATHS:
         endpoint = api.proxied_endpoint(path, dispatcher, keys, config.limits)
         app.lean["/v1" + path] = endpoint
         app.router.routes.append(Route("/v1" + path, endpoint, methods=["POST"]))  # other methods: 405
     app.router.routes.extend(api.models_routes(config, keys))
+    app.router.routes.append(feedback_route(ledger, keys))
     app.router.routes.extend(api.health_routes(store))
     app.router.routes.append(api.metrics_route(telemetry.registry))
     app.include_router(admin_router(config, store, signals))

@@ -12,11 +12,14 @@ from opentelemetry.trace import Span, StatusCode
 
 from policies.canary import bucket
 from policies.types import route_key
-from router.config import DedicatedEndpoint, Endpoint
+from router.config import DedicatedEndpoint, Endpoint, ServerlessEndpoint
+from router.economics import token_cost_usd
 from router.job import Job, ms_since
 from router.records import Measures, Outcome, Recorder, RequestRecord
-from router.relay import StreamResult, Usage, usage_of_body
+from router.relay import StreamResult, Usage, parsed_body, usage_of
 from router.state.latency import Metric
+from router.success import AnswerShape, judge
+from router.tasks import TaskLedger
 from router.telemetry import (
     ERROR_TYPE,
     GEN_AI_INPUT_TOKENS,
@@ -38,12 +41,16 @@ class Samples(Protocol):
 
 
 class Books:
-    def __init__(self, store: Samples, recorder: Recorder, *, recording: bool = True) -> None:
+    def __init__(
+        self, store: Samples, recorder: Recorder, *, recording: bool = True, ledger: TaskLedger | None = None
+    ) -> None:
         """`recording=False` keeps the log, metrics and spans but not the store's per-route
-        histograms and counters (`state.record`)."""
+        histograms and counters (`state.record`), nor tasks. `ledger` settles each request
+        into its task (router/tasks.py)."""
         self._store = store
         self._recorder = recorder
         self._recording = recording
+        self._ledger = ledger
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         if self._recording:
@@ -51,11 +58,20 @@ class Books:
 
     def body_done(self, job: Job, target: Endpoint, status: int, body: bytes) -> None:
         """A served body answer (error answers are recorded by the dispatcher's failure path)."""
-        usage = usage_of_body(body) or Usage()
+        parsed = parsed_body(body)
+        usage = usage_of(parsed) or Usage()
         self.observe(
             route_key(job.facts.request.model, target.name), Metric.E2E, ms_since(job.attempt_started)
         )
-        measures = Measures(None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms)
+        shape = AnswerShape()
+        if isinstance(parsed, dict):
+            shape.take_choices(
+                parsed.get("choices"), job.facts.config.success.max_checked_bytes, collect=True
+            )
+        failed_check = judge(shape, job.facts.config.success, job.facts.request.payload)
+        measures = Measures(
+            None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms, failed_check=failed_check
+        )
         self.record(job, target, status, measures, job.walk.served_outcome())
 
     def stream_done(self, job: Job, target: Endpoint, status: int, result: StreamResult) -> None:
@@ -67,6 +83,9 @@ class Books:
             error = result.cut
         elif not result.completed:
             error = "client_gone"
+        failed_check = None
+        if error is None:
+            failed_check = judge(result.shape, job.facts.config.success, job.facts.request.payload)
         ttft = (result.first_token_at - job.facts.received_at) * 1000 if result.first_token_at else None
         itl = self._observe_stream(job, target, result, served=error is None)
         estimated = usage.output_tokens is None
@@ -74,7 +93,9 @@ class Books:
         rate = None
         if itl and output and result.output_events > 1:  # tokens over the span of the output events
             rate = round(output / (itl * (result.output_events - 1) / 1000.0), 2)
-        measures = Measures(ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate)
+        measures = Measures(
+            ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate, failed_check
+        )
         if result.error is not None:
             outcome = Outcome.FAILED_MID_STREAM
         elif error is not None:
@@ -103,8 +124,13 @@ class Books:
     def record(
         self, job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome
     ) -> None:
+        ok = status < 400 and measures.error is None and measures.failed_check is None
+        cost = _token_cost(target, measures)
         if self._recording:
-            self._count(job, target, status, measures, outcome)
+            self._count(job, target, status, measures, outcome, ok=ok, cost=cost)
+            if self._ledger is not None:
+                route = route_key(job.facts.request.model, target.name if target else "-")
+                self._ledger.settle_later(job.facts.task_id, job.facts.request_id, route, ok)
         if job.span is not None:
             _end_spans(job, target, status, measures, outcome)
         self._recorder.record(
@@ -122,18 +148,38 @@ class Books:
                 retry_budget_denied=job.budget_denied,
                 stickiness_bucket=bucket(job.facts.request.model, job.facts.stickiness_key),
                 overhead_ms=job.overhead_ms,
+                request_id=job.facts.request_id,
+                task_id=job.facts.task_id if job.facts.task_id != job.facts.request_id else None,
+                success=ok,
+                cost_usd=cost,
             )
         )
 
     def _count(
-        self, job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome
+        self,
+        job: Job,
+        target: Endpoint | None,
+        status: int,
+        measures: Measures,
+        outcome: Outcome,
+        *,
+        ok: bool,
+        cost: float,
     ) -> None:
-        """The request in its final route's shared counters (`-` when no route was tried)."""
+        """The request in its final route's shared counters (`-` when no route was tried):
+        its outcome, tokens, success or the check it failed, what it cost (serverless: its
+        tokens at the endpoint's prices; dedicated: slot time, priced by the hour in the
+        report) and what of that was wasted on a failure. Failed attempts before it that held
+        a dedicated slot count their slot time, all of it wasted, on their own routes."""
         counts: dict[str, float] = {
             "requests": 1,
             f"outcome:{outcome.value}": 1,
             f"reason:{job.walk.reason.value}": 1,
         }
+        if ok:
+            counts["ok"] = 1
+        else:
+            counts[f"fail:{_failure_name(status, measures)}"] = 1
         if status >= 400 or measures.error is not None:
             counts["errors"] = 1
         if len(job.walk.attempts) > 1:
@@ -142,9 +188,55 @@ class Books:
             counts["tokens_in"] = measures.input_tokens
         if measures.output_tokens:
             counts["tokens_out"] = measures.output_tokens
-        if isinstance(target, DedicatedEndpoint) and job.attempt_started:
-            counts["busy_ms"] = ms_since(job.attempt_started)  # slot held: admission -> now
-        self._store.count(route_key(job.facts.request.model, target.name if target else "-"), counts)
+        if measures.tokens_estimated:
+            counts["tokens_estimated"] = 1
+        if cost:
+            counts["cost_usd"] = cost
+            if not ok:
+                counts["wasted_usd"] = cost
+        if target is not None and job.attempt_started:
+            busy = ms_since(job.attempt_started)  # in flight (dedicated: slot held) until now
+            counts["busy_ms"] = busy
+            if not ok and isinstance(target, DedicatedEndpoint):
+                counts["wasted_busy_ms"] = busy
+        model = job.facts.request.model
+        self._store.count(route_key(model, target.name if target else "-"), counts)
+        self._count_failed_attempts(job, target)
+
+    def _count_failed_attempts(self, job: Job, target: Endpoint | None) -> None:
+        attempts = job.walk.attempts
+        failed = (
+            attempts[:-1]
+            if target is not None and attempts and attempts[-1].endpoint == target.name
+            else attempts
+        )
+        if not failed:
+            return
+        dedicated = {e.name for e in job.facts.config.dedicated}
+        for attempt in failed:
+            if attempt.endpoint in dedicated and attempt.error is not None:
+                busy = attempt.duration_ms
+                route = route_key(job.facts.request.model, attempt.endpoint)
+                self._store.count(route, {"busy_ms": busy, "wasted_busy_ms": busy, "failed_attempts": 1})
+
+
+def _token_cost(target: Endpoint | None, measures: Measures) -> float:
+    """A serverless answer's price: its tokens (reported, or estimated) at the endpoint's prices."""
+    if not isinstance(target, ServerlessEndpoint):
+        return 0.0
+    return token_cost_usd(
+        measures.input_tokens or 0,
+        measures.output_tokens or 0,
+        target.usd_per_mtok_in,
+        target.usd_per_mtok_out,
+    )
+
+
+def _failure_name(status: int, measures: Measures) -> str:
+    """The counter name of why a request did not succeed: its error, or its status."""
+    if measures.error is not None:
+        return measures.error
+    return measures.failed_check if measures.failed_check is not None else f"http_{status}"
 
 
 def _end_spans(job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome) -> None:

@@ -143,12 +143,61 @@ class EndpointConfig(_Frozen):
     timeouts: TimeoutsConfig = TimeoutsConfig()
 
 
+_CLOCK = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+
+
+class ScheduleEntry(_Frozen):
+    """Replicas in force every day (UTC) from `start` to `end` ("HH:MM"; end before start:
+    across midnight), for pricing scale-to-zero or a bigger daytime pool."""
+
+    start: str
+    end: str
+    replicas: Annotated[float, Field(ge=0)]
+
+    @field_validator("start", "end")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        if not _CLOCK.match(value):
+            raise ValueError("expected a UTC time of day as HH:MM")
+        return value
+
+    def seconds(self, value: str) -> int:
+        hours, minutes = value.split(":")
+        return int(hours) * 3600 + int(minutes) * 60
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> ScheduleEntry:
+        if self.start == self.end:
+            raise ValueError("start and end are the same time: the window would be empty")
+        return self
+
+
 class DedicatedEndpoint(EndpointConfig):
     max_concurrency: Annotated[int, Field(gt=0)]  # global across all replicas
     max_waiters: Annotated[int, Field(ge=0)] = 64  # requests waiting in line (routing.max_queue_ms)
     engine_signal: EngineSignalConfig | None = None
-    gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0
-    gpus: Annotated[int, Field(gt=0)] = 1
+    gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0  # per GPU: the endpoint costs gpus x this x replicas
+    gpus: Annotated[int, Field(gt=0)] = 1  # per replica
+    replicas: Annotated[float, Field(ge=0)] = 1.0  # provisioned outside the schedule's windows
+    schedule: tuple[ScheduleEntry, ...] = ()  # other replica counts at fixed times of day (UTC)
+
+    @model_validator(mode="after")
+    def _schedule_windows_apart(self) -> DedicatedEndpoint:
+        taken: set[int] = set()
+        for entry in self.schedule:
+            start, end = entry.seconds(entry.start) // 60, entry.seconds(entry.end) // 60
+            minutes = set(range(start, end)) if end > start else set(range(start, 1440)) | set(range(end))
+            if taken & minutes:
+                raise ValueError(
+                    f"schedule windows overlap (at {entry.start}-{entry.end}); each minute needs one count"
+                )
+            taken |= minutes
+        return self
+
+    @property
+    def usd_per_hour(self) -> float:
+        """The provisioned price per hour at the base replica count."""
+        return self.gpus * self.gpu_hour_usd * self.replicas
 
     @property
     def kind(self) -> EndpointKind:
@@ -221,6 +270,16 @@ class BreakerConfig(_Frozen):
     max_cooldown_s: Annotated[float, Field(gt=0)] = 60.0
 
 
+class SuccessConfig(_Frozen):
+    """The automatic checks that decide a served answer succeeded (before any application
+    feedback): its finish_reason is accepted, its tool-call arguments parse as JSON, and a
+    `response_format` json_object/json_schema answer parses (and matches its schema)."""
+
+    finish_reasons: tuple[str, ...] = ("stop", "tool_calls")  # `length` is a failure unless listed
+    check_json: bool = True  # tool-call arguments and JSON answers must parse
+    max_checked_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024  # of a stream's text kept for checks
+
+
 class ModelConfig(_Frozen):
     policy: str = "dedicated_first"  # a name from policies.registry
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
@@ -229,6 +288,7 @@ class ModelConfig(_Frozen):
     routing: RoutingConfig = RoutingConfig()
     breaker: BreakerConfig = BreakerConfig()
     retry: RetryConfig = RetryConfig()
+    success: SuccessConfig = SuccessConfig()
     dedicated: tuple[DedicatedEndpoint, ...] = ()
     serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order
 
@@ -237,8 +297,18 @@ class ModelConfig(_Frozen):
         return (*self.dedicated, *self.serverless)
 
 
+class TasksConfig(_Frozen):
+    """Tasks (requests grouped by `x-tidegate-task-id`, or one request each) are tracked this
+    long for feedback (`POST /v1/feedback`), at most `max_tracked` per process (memory store;
+    Redis keeps them by TTL alone)."""
+
+    ttl_s: Annotated[float, Field(ge=60, le=7 * 86400)] = 3600.0
+    max_tracked: Annotated[int, Field(ge=1000)] = 200_000
+
+
 class GatewayConfig(_Frozen):
     listen: ListenConfig = ListenConfig()
+    tasks: TasksConfig = TasksConfig()
     state: StateConfig = StateConfig()
     # validated like a written one: a config with no `auth` at all refuses to start, too
     auth: AuthConfig = Field(default_factory=dict, validate_default=True)

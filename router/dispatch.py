@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from router.errors import (
     INTERNAL_ERROR_MESSAGE,
     REQUEST_TIMEOUT_MESSAGE,
     GatewayError,
+    InvalidRequest,
     ModelNotFound,
     NoCapacity,
     RequestTimeout,
@@ -45,6 +47,7 @@ from router.relay import SseRelay, StreamResult, relay_stream
 from router.signals import Signals
 from router.state.base import Lease, Slots
 from router.state.latency import Metric
+from router.success import wants_checks
 from router.telemetry import (
     Telemetry,
     trace_headers,
@@ -53,6 +56,9 @@ from router.upstream import Upstream, response_headers
 
 # Paths whose streams end with `data: [DONE]` and accept `stream_options.include_usage`.
 _MAX_RETRY_AFTER_S = 30.0
+REQUEST_ID_HEADER = "x-tidegate-request-id"
+TASK_ID_HEADER_BYTES = b"x-tidegate-task-id"
+_TASK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 log = logging.getLogger("tidegate")
 
@@ -131,13 +137,26 @@ class Dispatcher:
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
         key = _stickiness(request, headers)
+        request_id = f"req_{random.getrandbits(96):024x}"
+        task_id = _task_id(headers) or request_id
         context = RequestContext(request.model, request.stream, key)
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
         deadline = asyncio.get_running_loop().time() + remaining_s
         facts = Facts(
-            path, request, config, headers, received_at, snapshot, key, client_ip, deadline, decision.queue_ms
+            path,
+            request,
+            config,
+            headers,
+            received_at,
+            snapshot,
+            key,
+            client_ip,
+            deadline,
+            decision.queue_ms,
+            request_id,
+            task_id,
         )
         job = Job(facts, Walk(decision.targets, decision.reason))
         self._body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
@@ -251,6 +270,7 @@ class Dispatcher:
         self._breakers.record(route, True, facts.snapshot)
         job.overhead_ms = overhead_ms(job)
         reply.headers.update(tidegate_headers(walk, walk.served_outcome(), job.overhead_ms, target.model))
+        reply.headers[REQUEST_ID_HEADER] = facts.request_id
         if reply.stream is None:
             reply.on_close = lambda: self._close_body(job, target, reply, lease)
         return reply
@@ -306,11 +326,15 @@ class Dispatcher:
         facts = job.facts
         done_terminated = PATHS[facts.path].done_terminated
         result = StreamResult()
+        checks = facts.config.success
         relay = SseRelay(
             result,
             drop_usage=done_terminated and not facts.request.wants_usage,
             max_event_bytes=self._limits.max_event_bytes,
             rename=self._renamers[(facts.request.model, target.name)],
+            collect_bytes=checks.max_checked_bytes
+            if checks.check_json and wants_checks(facts.request.payload)
+            else 0,
         )
         chunks = self._upstream.chunks(response, target, facts.deadline)
         try:
@@ -343,6 +367,7 @@ class Dispatcher:
         else:
             outcome = Outcome.INTERNAL_ERROR
         headers = tidegate_headers(job.walk, outcome)
+        headers[REQUEST_ID_HEADER] = job.facts.request_id
         if outcome is Outcome.EXHAUSTED and (len(job.walk.attempts) > 1 or job.budget_denied):
             # the gateway did the retrying (or its budget said no more): an SDK retrying on
             # top would multiply the load, and wait out a Retry-After the gateway already did
@@ -380,6 +405,20 @@ def _failure(state: RetryCallState) -> BaseException | None:
 def _fails_over(job: Job, exc: BaseException | None) -> bool:
     """Whether the next attempt goes to another endpoint (no capacity anywhere is not one)."""
     return job.walk.fails_over and not isinstance(exc, NoCapacity)
+
+
+def _task_id(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """The client's `x-tidegate-task-id`: up to 128 of [A-Za-z0-9._:-], else a 400."""
+    for key, value in headers:
+        if key == TASK_ID_HEADER_BYTES:
+            text = value.decode("latin-1")
+            if not _TASK_ID.match(text):
+                raise InvalidRequest(
+                    "x-tidegate-task-id must be 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'",
+                    param="x-tidegate-task-id",
+                )
+            return "t:" + text  # never equal to a request id
+    return None
 
 
 def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) -> str:

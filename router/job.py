@@ -30,6 +30,8 @@ class Facts:
     client_ip: str | None
     deadline: float  # by which the whole request ends (limits.request_timeout_s)
     queue_ms: float  # how long the policy lets the first dedicated target keep it in line
+    request_id: str  # x-tidegate-request-id
+    task_id: str  # the client's x-tidegate-task-id, else request_id (a task of its own)
 
 
 @dataclass(slots=True)

@@ -51,6 +51,7 @@ class Measures:
     queue_ms: float = 0.0  # waited in line for a dedicated slot
     itl_ms: float | None = None  # mean gap between output events (streams with 2+ events)
     output_tokens_per_s: float | None = None  # output tokens / (last event - first event)
+    failed_check: str | None = None  # the automatic success check a served answer failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,10 @@ class RequestRecord:
     retry_budget_denied: bool = False  # a retry was wanted but the model's budget was spent
     stickiness_bucket: float | None = None  # the key's canary bucket in [0, 100)
     overhead_ms: float | None = None  # time spent in the gateway itself (see dispatch.py)
+    request_id: str | None = None  # x-tidegate-request-id, the key for POST /v1/feedback
+    task_id: str | None = None  # the client's x-tidegate-task-id, when it sent one
+    success: bool | None = None  # served, complete and passing the automatic checks (router/success.py)
+    cost_usd: float = 0.0  # serverless: its tokens at the endpoint's prices (dedicated: priced by time)
 
 
 @dataclass(slots=True)

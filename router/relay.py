@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -23,12 +23,15 @@ from router.errors import (
     UpstreamUnreachable,
     error_body,
 )
+from router.success import AnswerShape
 
 log = logging.getLogger("tidegate")
 _EVENT_END = b"\n\n"
 _DONE = b"data: [DONE]"
 _USAGE_OBJECT = b'"usage":{'
 _USAGE_OBJECT_SPACED = b'"usage": {'
+_FINISH = b'"finish_reason":"'  # a string: null in every chunk but the last
+_FINISH_SPACED = b'"finish_reason": "'
 
 
 @dataclass(slots=True)
@@ -47,12 +50,15 @@ class StreamResult:
     error: GatewayError | None = None
     usage: Usage | None = None
     cut: str | None = None  # the HTTP layer cut the answer: client_write_timeout
+    shape: AnswerShape = field(default_factory=AnswerShape)  # for router/success.py
 
 
 class SseRelay:
     """Turns upstream byte chunks into complete SSE events for the client, in time linear in
     the bytes relayed (only new bytes are searched for an event's end); an event that grows
-    past `max_event_bytes` without ending is UpstreamBadResponse."""
+    past `max_event_bytes` without ending is UpstreamBadResponse. With `collect_bytes` > 0
+    every event is parsed and the answer's text and tool-call arguments are kept (up to that
+    many bytes) for the success checks; otherwise only events with a finish_reason are."""
 
     def __init__(
         self,
@@ -61,8 +67,10 @@ class SseRelay:
         drop_usage: bool,
         max_event_bytes: int = 8 << 20,
         rename: Callable[[bytes], bytes] | None = None,
+        collect_bytes: int = 0,
     ) -> None:
         self.result = result
+        self._collect = collect_bytes
         self._rename = rename
         self._drop_usage = drop_usage
         self._max_event = max_event_bytes
@@ -87,8 +95,11 @@ class SseRelay:
         self._check_size()
         if (
             self.result.first_token_at is None
+            or self._collect
             or _USAGE_OBJECT in complete
-            or (_USAGE_OBJECT_SPACED in complete)
+            or _USAGE_OBJECT_SPACED in complete
+            or _FINISH in complete
+            or _FINISH_SPACED in complete
         ):
             return self._inspect(complete)
         self.result.output_events += complete.count(_EVENT_END)
@@ -140,6 +151,8 @@ class SseRelay:
             self.result.usage = usage
             if self._drop_usage and parsed.get("choices") == []:
                 return False  # the usage-only chunk the client did not ask for
+        if isinstance(parsed, dict):
+            self.result.shape.take_choices(parsed.get("choices"), self._collect, collect=self._collect > 0)
         if _carries_output(parsed):
             self.result.output_events += 1
             if self.result.first_token_at is None:
@@ -208,6 +221,15 @@ def error_event(exc: GatewayError) -> bytes:
 def usage_of_body(body: bytes) -> Usage | None:
     """Usage from a non-stream JSON answer (chat, completions, embeddings, responses)."""
     return _usage_of(_loads(body))
+
+
+def parsed_body(body: bytes) -> Any:
+    """A JSON answer parsed (None when it is not JSON)."""
+    return _loads(body)
+
+
+def usage_of(parsed: Any) -> Usage | None:
+    return _usage_of(parsed)
 
 
 def _event_data(event: bytes) -> bytes | None:

@@ -16,15 +16,16 @@ from typing import Any, Protocol
 from policies.base import Reason
 from policies.types import Figures, Snapshot, route_key
 from router.config import DedicatedEndpoint, GatewayConfig
+from router.costs import Span, model_costs
 from router.state.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
 
-_WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, None: 1}
+_WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 UNROUTED = "-"  # the counters of requests that never reached an endpoint
 
 
 def parse_window(text: str) -> float:
-    """`300`, `30s`, `5m`, `1h` -> seconds; ValueError otherwise."""
+    """`300`, `30s`, `5m`, `1h`, `1d` -> seconds; ValueError otherwise."""
     found = _WINDOW.match(text)
     if not found:
         raise ValueError(f"window {text!r} is not a duration like 30s, 5m or 1h")
@@ -92,7 +93,9 @@ async def routes_report(
     unrouted = [route_key(m, UNROUTED) for m in config.models]
     histograms = {metric: await store.latency_window(routes, metric, window_s) for metric in Metric}
     counts = await store.counts_window([*routes, *unrouted], window_s)
-    spanned = _spanned_s(window_s, time.time())
+    wall = time.time()
+    spanned = _spanned_s(window_s, wall)
+    span = Span(wall - spanned, wall)
     models: dict[str, Any] = {}
     for name, model in config.models.items():
         per_route: dict[str, Any] = {}
@@ -122,7 +125,10 @@ async def routes_report(
             per_route[endpoint.name] = entry
         per_route_counts = [counts.get(route_key(name, e.name), {}) for e in model.endpoints]
         per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))
-        models[name] = _model_totals(per_route_counts) | {"routes": per_route}
+        models[name] = _model_totals(per_route_counts) | {
+            "routes": per_route,
+            "economics": model_costs(name, model, counts, span),
+        }
     return {
         "window_s": window_s,
         "slice_s": resolution_for(window_s),

@@ -157,10 +157,31 @@ class Telemetry:
         self.retries = Counter(
             "tidegate_retries", "Retry attempts, by the request's outcome", ("model", "outcome"), registry=r
         )
+        self.cost = Counter(
+            "tidegate_cost_usd",
+            "Token-priced spend (serverless answers at their endpoint's prices); dedicated capacity "
+            "is paid by time: tidegate_dedicated_usd_per_hour",
+            _ROUTE_LABELS,
+            registry=r,
+        )
+        self.tasks = Counter(
+            "tidegate_tasks",
+            "Tasks settled by this process, on their route, by result (success or failure); "
+            "feedback that failed a task later counts as result feedback_failed",
+            ("model", "route", "result"),
+            registry=r,
+        )
+        self.economics: dict[str, dict[str, float]] = {}  # endpoint -> gauge -> value (EconomicsGauges)
 
     def watch(self, snapshot: Callable[[], Snapshot], store: StoreHealth) -> None:
-        """Report the live gauges (in-flight, queue depth, store health) at scrape time."""
-        self.registry.register(_LiveGauges(snapshot, store))
+        """Report the live gauges (in-flight, queue depth, store health, the dedicated pools'
+        economics) at scrape time."""
+        self.registry.register(_LiveGauges(snapshot, store, self.economics))
+
+    def task_settled(self, route: str, result: str) -> None:
+        """A task settled (router/tasks.py), `route` as `model/endpoint`."""
+        model, _, endpoint = route.partition("/")
+        self.tasks.labels(model, endpoint, result).inc()
 
     def record(self, record: RequestRecord) -> None:
         route, kind = record.route or "-", str(record.kind or "-")
@@ -177,6 +198,8 @@ class Telemetry:
             self.overhead.labels(record.model).observe(record.overhead_ms / 1000)
         self.e2e.labels(*labels).observe(record.e2e_ms / 1000)
         self.requests.labels(*labels, record.outcome).inc()
+        if record.cost_usd:
+            self.cost.labels(*labels).inc(record.cost_usd)
         if Reason(record.reason).is_spill:
             self.spills.labels(record.model, record.reason).inc()
         if len(record.attempts) > 1:
@@ -237,9 +260,12 @@ class StoreHealth(Protocol):
 
 
 class _LiveGauges(Collector):
-    def __init__(self, snapshot: Callable[[], Snapshot], store: StoreHealth) -> None:
+    def __init__(
+        self, snapshot: Callable[[], Snapshot], store: StoreHealth, economics: dict[str, dict[str, float]]
+    ) -> None:
         self._snapshot = snapshot
         self._store = store
+        self._economics = economics
 
     def collect(self) -> Iterable[PromMetric]:
         snapshot = self._snapshot()
@@ -261,4 +287,19 @@ class _LiveGauges(Collector):
             "Slots granted locally while the shared store was unreachable",
         )
         fallback.add_metric([], self._store.fallback_admissions)
-        return [in_flight, depth, degraded, fallback]
+        return [in_flight, depth, degraded, fallback, *self._economics_gauges()]
+
+    def _economics_gauges(self) -> list[PromMetric]:
+        described = {
+            "utilization": "Busy slot-seconds / capacity over the last economics window (all replicas)",
+            "desired_replicas": "Replicas that would carry the window's dedicated demand at 70% utilization",
+            "usd_per_hour": "Provisioned price of the endpoint now (gpus x $/GPU-hour x replicas in force)",
+        }
+        families: list[PromMetric] = []
+        for gauge, text in described.items():
+            family = GaugeMetricFamily(f"tidegate_dedicated_{gauge}", text, labels=["endpoint"])
+            for endpoint, values in sorted(self._economics.items()):
+                if gauge in values:
+                    family.add_metric([endpoint], values[gauge])
+            families.append(family)
+        return families

@@ -186,6 +186,24 @@ def embedded_redis() -> str | None:
     )
 
 
+def keda_for_dedicated_pools() -> str | None:
+    if any(d.get("kind") == "ScaledObject" for d in documents(render(CHART))):
+        return "a ScaledObject rendered with dedicatedAutoscaling off"
+    values = {
+        "dedicatedAutoscaling": {
+            "enabled": True,
+            "prometheusServerAddress": "http://prometheus:9090",
+            "pools": [{"endpoint": "vllm_a", "deployment": "vllm-a", "maxReplicas": 4}],
+        }
+    }
+    scaled = find(documents(render(CHART, values)), "ScaledObject")
+    trigger = scaled["spec"]["triggers"][0]["metadata"]
+    if trigger["query"] != 'max(tidegate_dedicated_desired_replicas{endpoint="vllm_a"})':
+        return f"query {trigger['query']!r}"
+    target = scaled["spec"]["scaleTargetRef"]["name"]
+    return None if target == "vllm-a" and scaled["spec"]["maxReplicaCount"] == 4 else f"spec {scaled['spec']}"
+
+
 def render_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
     def default_config() -> str | None:
         configmap = find(documents(render(CHART)), "ConfigMap")
@@ -201,6 +219,10 @@ def render_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
     checks.run("render: a routes change changes the pod template (pods roll)", rolls_on_config_change)
     checks.run("render: drain fits the grace period; preStop, probes, anti-affinity", drains_before_kill)
     checks.run("render: redis.embedded deploys one Redis and points the gateway at it", embedded_redis)
+    checks.run(
+        "render: dedicatedAutoscaling renders a KEDA ScaledObject per pool (off by default)",
+        keda_for_dedicated_pools,
+    )
 
 
 def refusal_checks(checks: Checks, tidegate: str, workdir: Path) -> None:

@@ -11,11 +11,13 @@ class AdminCallFailed(Exception):
     """The admin API could not be reached or refused the call; the message says why."""
 
 
-def call_admin(method: str, base_url: str, path: str, admin_key: str, body: Any = None) -> dict[str, Any]:
+def call_admin(
+    method: str, base_url: str, path: str, admin_key: str, body: Any = None, *, timeout: float = 10.0
+) -> dict[str, Any]:
     url = base_url.rstrip("/").removesuffix("/v1") + path
     try:
         response = httpx.request(
-            method, url, json=body, headers={"authorization": f"Bearer {admin_key}"}, timeout=10
+            method, url, json=body, headers={"authorization": f"Bearer {admin_key}"}, timeout=timeout
         )
     except httpx.HTTPError as exc:
         raise AdminCallFailed(f"cannot reach {base_url}: {exc}") from exc

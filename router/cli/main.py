@@ -1,6 +1,7 @@
 """The `tidegate` command: `serve` (the gateway for a config file), `demo` (the gateway in
 front of simulated upstreams), `sim` (one simulated upstream), `check-config`, `canary get |
-set` (a model's live canary percent) and `stats` (the routes report, once or `--watch`).
+set` (a model's live canary percent), `stats` (the routes report, once or `--watch`) and
+`report` (costs, what-ifs, advice and traffic shape).
 
 The simulator is imported only by the commands that start it."""
 
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+import orjson
 from rich.console import Console, Group
 from rich.live import Live
 
@@ -80,6 +82,19 @@ def _parser() -> argparse.ArgumentParser:
     _add_admin_args(stats)
     stats.set_defaults(run=_stats)
 
+    report = commands.add_parser(
+        "report",
+        help="cost per route and per successful task, what-ifs, advice and traffic shape (GET /admin/report)",
+    )
+    report.add_argument("--model", help="one model (default: all)")
+    report.add_argument("--window", default="24h", help="e.g. 30m, 6h, 24h, 7d (default 24h)")
+    report.add_argument("--format", choices=("table", "json", "html"), default="table")
+    report.add_argument(
+        "--out", type=Path, help="also write report.json (and with html: the PNGs and report.html)"
+    )
+    _add_admin_args(report)
+    report.set_defaults(run=_report)
+
     _add_sim_parser(commands)
     return parser
 
@@ -132,6 +147,34 @@ def _stats(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from router.cli import report as reporting  # noqa: PLC0415 (lazy: matplotlib only for html)
+
+    console = Console(stderr=True)
+    query = f"/admin/report?window={args.window}" + (f"&model={args.model}" if args.model else "")
+    try:
+        with console.status(f"gathering the last {args.window} from {args.url} ..."):
+            found = call_admin("GET", args.url, query, args.admin_key, timeout=60)
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    figures: dict[str, bytes] = {}
+    if args.format == "html":
+        with console.status("drawing the plots ..."):
+            figures = reporting.plots(found)
+    if args.out is not None:
+        for path in reporting.write_out(found, args.out, figures):
+            console.print(f"wrote {path}")
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.format == "html":
+        if args.out is None:
+            sys.stdout.write(reporting.write_html(found, figures))
+    else:
+        Console(width=None if sys.stdout.isatty() else 200).print(reporting.render_tables(found))
+    return 0
 
 
 def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

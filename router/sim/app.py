@@ -87,6 +87,7 @@ def _generation(state: SimState, kind: str) -> Any:
         if await unless_client_leaves(request.receive, _generate(state, n_in, steps)) is None:
             return Response(status_code=499)  # the client left: like vLLM, abort the sequence
         use = bodies.usage(kind, n_in, n_out)
+        _count_usage(state, n_in, n_out)
         return Response(bodies.completion(kind, model, choices, use, logprobs), media_type=_JSON)
 
     return endpoint
@@ -122,10 +123,18 @@ async def _stream(
         for i in range(1, steps):
             if i == cut_at:
                 state.engine.count_fault("cut")
+                state.engine.counters.cut_output_events += i
                 raise StreamCut("simulated connection drop")
             await seq.next_token()
             yield writer.step(i)
+    if writer.include_usage:
+        _count_usage(state, n_in, n_out)
     yield writer.closing(bodies.usage(writer.kind, n_in, n_out))
+
+
+def _count_usage(state: SimState, n_in: int, n_out: int) -> None:
+    state.engine.counters.usage_prompt_tokens += n_in
+    state.engine.counters.usage_completion_tokens += n_out
 
 
 def _embeddings(state: SimState) -> Any:
@@ -222,6 +231,9 @@ def _stats(state: SimState) -> Any:
             "cancelled": c.cancelled,
             "cold_starts": c.cold_starts,
             "faults": c.faults,
+            "usage_prompt_tokens": c.usage_prompt_tokens,
+            "usage_completion_tokens": c.usage_completion_tokens,
+            "cut_output_events": c.cut_output_events,
             "last_traceparent": state.last_traceparent,
             "queue_wait_ms": {
                 "count": len(waits),

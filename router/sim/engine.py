@@ -30,6 +30,11 @@ class Counters:
     cancelled: int = 0
     cold_starts: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    # the tokens of every usage object sent (a stream's only with include_usage) and the
+    # output events a cut stream sent before the cut: what a gateway can bill and count
+    usage_prompt_tokens: int = 0
+    usage_completion_tokens: int = 0
+    cut_output_events: int = 0
     queue_waits_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
 
     @property

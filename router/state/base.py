@@ -24,6 +24,7 @@ from typing import Protocol
 
 from policies.types import Snapshot
 from router.state.latency import Counts, Histogram, Metric
+from router.tasks import TaskState
 
 
 class StoreUnreachableAtStart(RuntimeError):
@@ -71,6 +72,12 @@ class StateStore(Protocol):
     async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]:
         """Each route's summed counters over the last `window_s` seconds, from every process."""
 
+    async def counts_series(
+        self, routes: Sequence[str], window_s: float
+    ) -> tuple[int, dict[str, list[tuple[int, Counts]]]]:
+        """The window's counters per route in slices of its resolution (`resolution_for`):
+        (the slice length, each route's [(slice start, counters)], oldest first)."""
+
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         """Open (or extend) `route`'s circuit for every process: the n-th trip since the route
         last closed lasts min(max_cooldown_s, cooldown_s x 2^(n-1)), and never ends earlier
@@ -87,6 +94,13 @@ class StateStore(Protocol):
         """Each route's merged histogram over the last `window_s` seconds, from every process."""
 
     def snapshot(self) -> Snapshot: ...
+
+    async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
+        """See router/tasks.py (TaskStore): atomic per task across every process."""
+
+    async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
+        """See router/tasks.py (TaskStore). StoreUnavailable when the shared store cannot be
+        reached."""
 
     async def set_canary(self, model: str, percent: float) -> None:
         """Set a model's live canary percent for every process sharing the store."""

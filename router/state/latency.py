@@ -170,6 +170,16 @@ class CountBook:
             add_counts(merged, self._slices.get((route, start), {}))
         return merged
 
+    def series(self, route: str, wall_s: float, window_s: float, step_s: int) -> list[tuple[int, Counts]]:
+        """The window's counters in `step_s`-long slices, oldest first (empty slices included)."""
+        out: list[tuple[int, Counts]] = []
+        for start in slices_in_window(wall_s, window_s, step_s):
+            merged: Counts = {}
+            for fine in range(start, start + step_s, SLICE_S):
+                add_counts(merged, self._slices.get((route, fine), {}))
+            out.append((start, merged))
+        return out
+
     def forget_before(self, wall_s: float) -> None:
         for key in [k for k in self._slices if k[1] + SLICE_S <= wall_s]:
             del self._slices[key]

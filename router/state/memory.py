@@ -6,14 +6,25 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from policies.types import Snapshot
 from router.periodic import every
 from router.state.base import Lease, Slots
-from router.state.latency import CountBook, Counts, Histogram, LatencyBook, Metric, figures_by_route
+from router.state.latency import (
+    CountBook,
+    Counts,
+    Histogram,
+    LatencyBook,
+    Metric,
+    figures_by_route,
+    resolution_for,
+)
+from router.tasks import TaskState
 
+V = TypeVar("V")
 _REFRESH_S = 1.0
 _MAX_KEEP_S = 3600.0  # in-process history is bounded: an hour of slices at most
 
@@ -27,8 +38,18 @@ class MemoryStore:
     fallback_admissions = 0
 
     def __init__(
-        self, routes: Sequence[str] = (), *, window_s: float = 60.0, retention_s: float = 3600.0
+        self,
+        routes: Sequence[str] = (),
+        *,
+        window_s: float = 60.0,
+        retention_s: float = 3600.0,
+        max_tasks: int = 200_000,
     ) -> None:
+        # task id -> (state, expiry) and request id -> (task id, expiry), oldest first, each
+        # at most `max_tasks` long (the oldest entry is dropped first)
+        self._tasks: OrderedDict[str, tuple[TaskState, float]] = OrderedDict()
+        self._requests: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._max_tasks = max_tasks
         self._held: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> weight
         self._used: defaultdict[str, int] = defaultdict(int)  # pool -> slots held
         self._capacity: dict[str, int] = {}
@@ -97,6 +118,41 @@ class MemoryStore:
     async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]:
         wall = time.time()
         return {route: self._counts.window(route, wall, window_s) for route in routes}
+
+    async def counts_series(
+        self, routes: Sequence[str], window_s: float
+    ) -> tuple[int, dict[str, list[tuple[int, Counts]]]]:
+        wall = time.time()
+        step = resolution_for(window_s)
+        return step, {route: self._counts.series(route, wall, window_s, step) for route in routes}
+
+    async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
+        now = time.monotonic()
+        before = self._live(self._tasks, task, now) or TaskState()
+        self._keep(self._tasks, task, TaskState(route, ok and not before.failed, before.failed), now + ttl_s)
+        if task != request:
+            self._keep(self._requests, request, task, now + ttl_s)
+        return before
+
+    async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
+        now = time.monotonic()
+        task = self._live(self._requests, key, now) or key
+        before = self._live(self._tasks, task, now) or TaskState()
+        if not ok:
+            self._keep(self._tasks, task, TaskState(before.route, False, True), now + ttl_s)
+        return task, before
+
+    def _live(self, entries: OrderedDict[str, tuple[V, float]], key: str, now: float) -> V | None:
+        entry = entries.get(key)
+        if entry is None or entry[1] < now:
+            return None
+        return entry[0]
+
+    def _keep(self, entries: OrderedDict[str, tuple[V, float]], key: str, value: V, expires: float) -> None:
+        entries[key] = (value, expires)
+        entries.move_to_end(key)
+        while len(entries) > self._max_tasks:
+            entries.popitem(last=False)
 
     async def latency_window(
         self, routes: Sequence[str], metric: Metric, window_s: float

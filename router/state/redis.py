@@ -76,7 +76,8 @@ from router.state.latency import (
 )
 from router.state.memory import MemoryStore
 from router.state.redis_batch import Batcher
-from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, TRIP
+from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, SETTLE_TASK, TASK_FEEDBACK, TRIP
+from router.tasks import TaskState
 
 log = logging.getLogger("tidegate.state")
 
@@ -144,6 +145,8 @@ class RedisStore:
         self._prefix = prefix
         self._canary_key = f"{prefix}:canary"
         self._acquire_sha = self._redis.register_script(ACQUIRE).sha
+        self._settle_sha = self._redis.register_script(SETTLE_TASK).sha
+        self._feedback_sha = self._redis.register_script(TASK_FEEDBACK).sha
         self._batch = Batcher(self._redis)
         self._trip = self._redis.register_script(TRIP)
         self._fallback_share = fallback_share
@@ -277,6 +280,33 @@ class RedisStore:
         if released is not None:
             released.set()
 
+    def task_key(self, task: str) -> str:
+        return f"{self._prefix}:task:{{{task}}}"
+
+    def request_key(self, request: str) -> str:
+        return f"{self._prefix}:req:{{{request}}}"
+
+    async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
+        ttl_ms = int(ttl_s * 1000)
+        if task != request:
+            key = self.request_key(request)
+            await self._batch.call(lambda pipe: pipe.set(key, task, px=ttl_ms))
+        args = [route, "1" if ok else "0", ttl_ms]
+        before = await self._batch.call_script(self._settle_sha, SETTLE_TASK, [self.task_key(task)], args)
+        return _task_state(before)
+
+    async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
+        try:
+            task_of = await self._redis.get(self.request_key(key))
+            task = task_of.decode() if isinstance(task_of, bytes) else (task_of or key)
+            args = ["1" if ok else "0", int(ttl_s * 1000)]
+            before = await self._batch.call_script(
+                self._feedback_sha, TASK_FEEDBACK, [self.task_key(task)], args
+            )
+        except RedisError as exc:
+            raise StoreUnavailable(f"the feedback could not be stored: Redis is unreachable ({exc})") from exc
+        return task, _task_state(before)
+
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         self._book.observe(route, metric, value_ms, time.time())
 
@@ -291,6 +321,19 @@ class RedisStore:
                 add_counts(merged, {k.decode(): float(v) for k, v in fields.items()})
             windows[route] = merged
         return windows
+
+    async def counts_series(
+        self, routes: Sequence[str], window_s: float
+    ) -> tuple[int, dict[str, list[tuple[int, Counts]]]]:
+        step = resolution_for(window_s)
+        starts = list(slices_in_window(time.time(), window_s, step))
+        series: dict[str, list[tuple[int, Counts]]] = {}
+        for route, slices in (await self._window_slices(routes, window_s, self.counts_key)).items():
+            series[route] = [
+                (start, {k.decode(): float(v) for k, v in fields.items()})
+                for start, fields in zip(starts, slices, strict=True)
+            ]
+        return step, series
 
     def snapshot(self) -> Snapshot:
         if self.degraded:
@@ -507,3 +550,10 @@ class RedisStore:
                 (1.0, self.refresh_latency),
             )
         ]
+
+
+def _task_state(reply: Sequence[Any]) -> TaskState:
+    route, ok, failed = reply
+    return TaskState(
+        route.decode() if isinstance(route, bytes) else str(route), bool(int(ok)), bool(int(failed))
+    )

@@ -104,3 +104,25 @@ end
 return left
 """
 )
+
+# KEYS: one task's hash. ARGV: route, ok (1/0), ttl_ms. Returns its {route, ok, failed} before
+# ('' and 0s when new); the task is now on `route`, ok when `ok` and not marked failed.
+SETTLE_TASK = """
+local before = redis.call('HMGET', KEYS[1], 'route', 'ok', 'failed')
+local failed = tonumber(before[3] or '0')
+local ok = (ARGV[2] == '1' and failed == 0) and 1 or 0
+redis.call('HSET', KEYS[1], 'route', ARGV[1], 'ok', ok, 'failed', failed)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {before[1] or '', tonumber(before[2] or '0'), failed}
+"""
+
+# KEYS: one task's hash. ARGV: ok (1/0), ttl_ms. Returns its {route, ok, failed} before; a
+# failure marks it failed (creating it when nothing settled it yet).
+TASK_FEEDBACK = """
+local before = redis.call('HMGET', KEYS[1], 'route', 'ok', 'failed')
+if ARGV[1] == '0' then
+  redis.call('HSET', KEYS[1], 'ok', 0, 'failed', 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return {before[1] or '', tonumber(before[2] or '0'), tonumber(before[3] or '0')}
+"""

@@ -1,0 +1,242 @@
+"""`tidegate report`: the economics report (`GET /admin/report`) as tables, JSON or a
+self-contained HTML page with plots (matplotlib, PNGs embedded; `pip install 'tidegate[report]'`).
+
+    tidegate report [--model M] [--window 24h] [--format table|json|html] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Group
+from rich.table import Table
+
+
+def render_tables(report: dict[str, Any]) -> Group:
+    """Per model: cost per route and blended, the what-ifs, the traffic shape, the advice."""
+    parts: list[Any] = []
+    for name, model in report["models"].items():
+        economics = model["economics"]
+        table = Table(title=f"{name}: cost over the last {report['window_s']:g}s", title_justify="left")
+        for column in ("route", "kind", "cost $", "tasks", "ok tasks", "$ / ok task", "wasted $", "util %"):
+            table.add_column(column, justify="left" if column in ("route", "kind") else "right")
+        for route, r in economics["routes"].items():
+            kind = model["routes"][route]["kind"]
+            table.add_row(
+                route,
+                kind,
+                _usd(r["cost_usd"]),
+                str(r["tasks"]),
+                str(r["successful_tasks"]),
+                _usd(r["cost_per_successful_task_usd"]),
+                _usd(r["wasted_usd"]),
+                _pct(r.get("utilization")),
+            )
+        b = economics["blended"]
+        table.add_row(
+            "blended",
+            "",
+            _usd(b["cost_usd"]),
+            str(b["tasks"]),
+            str(b["successful_tasks"]),
+            _usd(b["cost_per_successful_task_usd"]),
+            _usd(b["wasted_usd"]),
+            "",
+            style="bold",
+        )
+        parts.append(table)
+        w = economics["what_if"]
+        parts.append(
+            "what if: all-serverless "
+            + _usd(w.get("all_serverless_usd"))
+            + f" (at {w.get('all_serverless_priced_at', '-')}'s prices), all-dedicated "
+            + _usd(w.get("all_dedicated_usd"))
+            + f" ({w.get('all_dedicated_replicas', '-')} replica(s)); break-even utilization "
+            + _pct(w.get("break_even_utilization"))
+            + "%"
+        )
+        shape = model.get("traffic_shape") or {}
+        if shape.get("slices"):
+            parts.append(
+                f"traffic: {shape['requests']} requests, {shape['requests_per_minute']['median']}/min "
+                f"median, {shape['requests_per_minute']['peak']}/min peak; concurrency mean "
+                f"{shape['concurrency']['mean']}, busiest {shape['slice_s']}s slice "
+                f"{shape['concurrency']['peak_slice_mean']} (dedicated capacity "
+                f"{shape['dedicated_capacity']}); {shape['zero_traffic_percent']}% of slices idle; "
+                f"{shape['bursts']['count']} burst(s)"
+            )
+        for line in economics["recommendation"]:
+            parts.append(f"[bold]→[/] {line}")
+        parts.append("")
+    return Group(*parts)
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.6f}" if abs(value) < 1 else f"{value:,.2f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}"
+
+
+def plots(report: dict[str, Any]) -> dict[str, bytes]:
+    """The report's figures as PNGs, by name. Needs matplotlib (the `report` extra)."""
+    try:
+        import matplotlib  # noqa: PLC0415 (optional: only the HTML report needs it)
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError as exc:
+        raise SystemExit(
+            "tidegate report --format html needs matplotlib: pip install 'tidegate[report]'"
+        ) from exc
+    figures: dict[str, bytes] = {}
+    for name, draw in (
+        ("concurrency", _concurrency),
+        ("cost", _cost),
+        ("ttft", _ttft),
+        ("utilization", _utilization),
+    ):
+        fig, ax = plt.subplots(figsize=(9, 3.5))
+        draw(ax, report)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        buffer = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buffer, format="png", dpi=100)
+        plt.close(fig)
+        figures[name] = buffer.getvalue()
+    return figures
+
+
+def _concurrency(ax: Any, report: dict[str, Any]) -> None:
+    step, series, endpoints = report["series"]["slice_s"], report["series"]["routes"], report["endpoints"]
+    for model in report["models"]:
+        routes = [r for r in series if r.startswith(model + "/")]
+        if not routes:
+            continue
+        times = [row[0] for row in series[routes[0]]]
+        load = [
+            sum(series[r][i][1].get("busy_ms", 0) for r in routes) / 1000 / step for i in range(len(times))
+        ]
+        ax.plot(_hours(times), load, label=f"{model}: mean in flight")
+        dedicated = [e for r, e in endpoints.items() if r in routes and e["kind"] == "dedicated"]
+        capacity = sum(e["max_concurrency"] for e in dedicated)
+        if capacity:
+            ax.axhline(capacity, linestyle="--", color="gray", label=f"{model}: dedicated capacity")
+    ax.set(title="Concurrency over time", xlabel="hours ago", ylabel="requests in flight")
+
+
+def _cost(ax: Any, report: dict[str, Any]) -> None:
+    step, series, endpoints = report["series"]["slice_s"], report["series"]["routes"], report["endpoints"]
+    for route, rows in series.items():
+        facts = endpoints[route]
+        if facts["kind"] == "dedicated":
+            cost = [facts["usd_per_hour"] * step / 3600 for _ in rows]
+        else:
+            cost = [row[1].get("cost_usd", 0.0) for row in rows]
+        ax.plot(_hours([row[0] for row in rows]), cost, label=route)
+    ax.set(title=f"Cost per route per {step}s slice", xlabel="hours ago", ylabel="USD")
+
+
+def _ttft(ax: Any, report: dict[str, Any]) -> None:
+    every_value = [b[0] for bins in report["ttft_distribution_ms"].values() for b in bins]
+    edges = _log_bins(every_value) if every_value else []
+    for route, bins in report["ttft_distribution_ms"].items():
+        if bins:
+            values, weights = [b[0] for b in bins], [b[1] for b in bins]
+            ax.hist(values, weights=weights, bins=edges, alpha=0.5, label=route)
+    ax.set_xscale("log")
+    ax.set(title="TTFT distribution per route", xlabel="TTFT (ms, log)", ylabel="requests")
+
+
+def _utilization(ax: Any, report: dict[str, Any]) -> None:
+    step, series, endpoints = report["series"]["slice_s"], report["series"]["routes"], report["endpoints"]
+    for route, rows in series.items():
+        facts = endpoints[route]
+        if facts["kind"] == "dedicated":
+            used = [row[1].get("busy_ms", 0) / 1000 / (facts["max_concurrency"] * step) * 100 for row in rows]
+            ax.plot(_hours([row[0] for row in rows]), used, label=route)
+    ax.set(title="Dedicated utilization", xlabel="hours ago", ylabel="% of slot-seconds busy", ylim=(0, 105))
+
+
+def _hours(starts: list[int]) -> list[float]:
+    last = starts[-1] if starts else 0
+    return [(start - last) / 3600 for start in starts]
+
+
+def _log_bins(values: list[float]) -> list[float]:
+    low, high = max(min(values), 0.01), max(values)
+    edges, edge = [], low / 1.05
+    while edge <= high * 1.05:
+        edges.append(edge)
+        edge *= 1.1
+    return [*edges, edge]
+
+
+_CAPTIONS = {
+    "concurrency": "Mean requests in flight per slice, all routes of the model, against the dedicated "
+    "capacity (the sum of its dedicated endpoints' max_concurrency). Above the line: a burst that spills.",
+    "cost": "What each route cost per slice: dedicated at its provisioned price (busy or idle), serverless "
+    "at its tokens' prices.",
+    "ttft": "Time to first token per route, from the merged histograms (1% relative accuracy). A second hump "
+    "far to the right is the cold-start tail the field notes describe.",
+    "utilization": "Busy slot-seconds / capacity per slice for each dedicated endpoint: what the paid "
+    "GPUs did.",
+}
+
+
+def write_html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
+    """One self-contained page: the tables as HTML, the PNGs inline."""
+    sections = []
+    for name, model in report["models"].items():
+        economics = model["economics"]
+        rows = "".join(
+            f"<tr><td>{html.escape(route)}</td><td>{_usd(r['cost_usd'])}</td><td>{r['tasks']}</td>"
+            f"<td>{r['successful_tasks']}</td><td>{_usd(r['cost_per_successful_task_usd'])}</td>"
+            f"<td>{_usd(r['wasted_usd'])}</td><td>{_pct(r.get('utilization'))}</td></tr>"
+            for route, r in economics["routes"].items()
+        )
+        advice = "".join(f"<li>{html.escape(line)}</li>" for line in economics["recommendation"])
+        what_if = html.escape(orjson.dumps(economics["what_if"]).decode())
+        shape = html.escape(orjson.dumps(model.get("traffic_shape", {}), option=orjson.OPT_INDENT_2).decode())
+        sections.append(
+            f"<h2>{html.escape(name)}</h2><table><tr><th>route</th><th>cost $</th><th>tasks</th>"
+            f"<th>ok tasks</th><th>$ / ok task</th><th>wasted $</th><th>util %</th></tr>{rows}</table>"
+            f"<p><b>What if:</b> <code>{what_if}</code></p><ul>{advice}</ul>"
+            f"<details><summary>traffic shape</summary><pre>{shape}</pre></details>"
+        )
+    images = "".join(
+        f"<h3>{name}</h3><p>{html.escape(_CAPTIONS[name])}</p>"
+        f'<img alt="{name}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        for name, png in figures.items()
+    )
+    style = "body{font-family:sans-serif;max-width:980px;margin:auto}td,th{padding:2px 8px;text-align:right}"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>tidegate report</title>"
+        f"<style>{style}</style></head><body><h1>tidegate report: last {report['window_s']:g}s</h1>"
+        f"{''.join(sections)}{images}</body></html>"
+    )
+
+
+def write_out(report: dict[str, Any], out: Path, figures: dict[str, bytes]) -> list[Path]:
+    """report.json, the PNGs and report.html into `out`; the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "report.json"]
+    written[0].write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    for name, png in figures.items():
+        path = out / f"{name}.png"
+        path.write_bytes(png)
+        written.append(path)
+    if figures:
+        page = out / "report.html"
+        page.write_text(write_html(report, figures), encoding="utf-8")
+        written.append(page)
+    return written

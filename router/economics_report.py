@@ -1,0 +1,78 @@
+"""The economics report behind `GET /admin/report` and `tidegate report`: the routes report
+(with each model's costs, what-ifs and recommendation, router/costs.py), each model's traffic
+shape (router/shape.py), and the per-slice series and TTFT distributions the plots draw.
+
+It reads only the store's merged windows (a fixed number of slices per route, whatever the
+traffic), never the request path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from policies.types import Snapshot, route_key
+from router.config import DedicatedEndpoint, GatewayConfig
+from router.report import Windows, routes_report
+from router.shape import shapes
+from router.state.latency import MAPPING, Counts, Metric
+
+_SERIES_FIELDS = ("requests", "errors", "busy_ms", "cost_usd", "tasks", "tasks_ok", "tokens_in", "tokens_out")
+
+
+class SeriesWindows(Windows, Protocol):
+    async def counts_series(
+        self, routes: Sequence[str], window_s: float
+    ) -> tuple[int, dict[str, list[tuple[int, Counts]]]]: ...
+
+
+async def economics_report(
+    config: GatewayConfig, store: SeriesWindows, snapshot: Snapshot, window_s: float, model: str | None = None
+) -> dict[str, Any]:
+    report = await routes_report(config, store, snapshot, window_s)
+    names = [model] if model else list(config.models)
+    report["models"] = {name: report["models"][name] for name in names}
+    routes = [route_key(name, e.name) for name in names for e in config.models[name].endpoints]
+    step, series = await store.counts_series(routes, window_s)
+    ttft = await store.latency_window(routes, Metric.TTFT, window_s)
+    inputs = {
+        name: (
+            [series[route_key(name, e.name)] for e in config.models[name].endpoints],
+            sum(d.max_concurrency for d in config.models[name].dedicated),
+        )
+        for name in names
+    }
+    for name, shape in shapes(inputs, step).items():
+        report["models"][name]["traffic_shape"] = shape
+    report["series"] = {
+        "slice_s": step,
+        "routes": {
+            route: [
+                [start, {k: round(v, 6) for k, v in counts.items() if k in _SERIES_FIELDS}]
+                for start, counts in rows
+            ]
+            for route, rows in series.items()
+        },
+    }
+    report["ttft_distribution_ms"] = {
+        route: sorted([round(MAPPING.value(key), 3), count] for key, count in histogram.counts.items())
+        for route, histogram in ttft.items()
+    }
+    report["endpoints"] = {
+        route_key(name, e.name): _endpoint_facts(e) for name in names for e in config.models[name].endpoints
+    }
+    return report
+
+
+def _endpoint_facts(endpoint: Any) -> dict[str, Any]:
+    if isinstance(endpoint, DedicatedEndpoint):
+        return {
+            "kind": "dedicated",
+            "max_concurrency": endpoint.max_concurrency,
+            "usd_per_hour": endpoint.usd_per_hour,
+        }
+    return {
+        "kind": "serverless",
+        "usd_per_mtok_in": endpoint.usd_per_mtok_in,
+        "usd_per_mtok_out": endpoint.usd_per_mtok_out,
+    }

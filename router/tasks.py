@@ -1,0 +1,185 @@
+"""Tasks: the denominator of cost per successful task.
+
+A task is one request, or every request a client sent with the same `x-tidegate-task-id`
+(an agent's steps, the application's own retries). It succeeds when its last request
+succeeded (router/success.py) and no `POST /v1/feedback` marked it failed. A task counts on
+the route of its last request: each settled request moves the task's `tasks`/`tasks_ok`
+counters there, as deltas in the route's shared counters, so every replica's report agrees.
+
+The state store keeps each task's (route, ok, failed) for `tasks.ttl_s` and applies each
+change atomically (`settle_task`, `task_feedback`); this module turns the state it returns
+into counter deltas. Settling runs in the background, after the answer was sent: a queue of
+at most `_MAX_PENDING` requests. When the queue is full or the store cannot be reached the
+request still counts, as a task of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from router.state.latency import Counts
+
+log = logging.getLogger("tidegate")
+
+_MAX_PENDING = 10_000
+_BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """A task as the store held it before a change: `route` empty when nothing settled it yet."""
+
+    route: str = ""
+    ok: bool = False
+    failed: bool = False
+
+
+class TaskStore(Protocol):
+    async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
+        """Record that `request` (of `task`) ended on `route`, ok or not; the task's state
+        before. The task is ok now when `ok` and no feedback marked it failed."""
+
+    async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
+        """Feedback on a request id or a task id: (the task id, its state before). A failure
+        marks the task failed (also one nothing has settled yet: a later settle sees it)."""
+
+    def count(self, route: str, counts: Mapping[str, float]) -> None: ...
+
+
+def settle_deltas(before: TaskState, route: str, ok: bool) -> dict[str, Counts]:
+    now_ok = ok and not before.failed
+    deltas: dict[str, Counts] = {}
+    if before.route:
+        deltas[before.route] = {"tasks": -1, "tasks_ok": -float(before.ok)}
+    moved = deltas.setdefault(route, {})
+    moved["tasks"] = moved.get("tasks", 0) + 1
+    moved["tasks_ok"] = moved.get("tasks_ok", 0) + float(now_ok)
+    return {r: {k: v for k, v in c.items() if v} for r, c in deltas.items()}
+
+
+def feedback_deltas(before: TaskState, ok: bool) -> dict[str, Counts]:
+    if not before.route:
+        return {}  # not settled yet: the settle will see the mark
+    if ok:
+        return {before.route: {"feedback_ok": 1}}
+    if before.failed:
+        return {}  # marked before: nothing moves twice
+    counts: Counts = {"feedback_failed": 1}
+    if before.ok:
+        counts["tasks_ok"] = -1
+    return {before.route: counts}
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    task: str
+    request: str
+    route: str
+    ok: bool
+
+
+class TaskLedger:
+    """Settles finished requests into their tasks in the background; takes feedback."""
+
+    def __init__(
+        self, store: TaskStore, ttl_s: float, on_settled: Callable[[str, str], None] | None = None
+    ) -> None:
+        """`on_settled(route, result)` hears of each new task settled (success or failure) and
+        each task feedback failed (feedback_failed): the Prometheus tasks counter."""
+        self._store = store
+        self._on_settled = on_settled
+        self._ttl_s = ttl_s
+        self._pending: deque[Settlement] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()  # nothing queued or being settled
+        self._idle.set()
+        self._runner: asyncio.Task[None] | None = None
+        self.untracked = 0  # requests counted as tasks of their own (queue full, store away)
+
+    def settle_later(self, task: str, request: str, route: str, ok: bool) -> None:
+        if len(self._pending) >= _MAX_PENDING:
+            self._count_alone(route, ok)
+            return
+        self._pending.append(Settlement(task, request, route, ok))
+        self._idle.clear()
+        self._wake.set()
+
+    async def feedback(self, key: str, ok: bool) -> tuple[str, bool]:
+        """Apply feedback; (the task id, whether it was already settled)."""
+        task, before = await self._store.task_feedback(key, ok, self._ttl_s)
+        self._apply(feedback_deltas(before, ok))
+        if not ok and before.route and not before.failed:
+            self._tell(before.route, "feedback_failed")
+        return task, bool(before.route)
+
+    def start(self) -> None:
+        if self._runner is None:
+            self._runner = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        """Settle what is queued (bounded by 2 s), then stop."""
+        if self._runner is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                while self._pending:
+                    await self._settle(self._take())
+        self._runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._runner
+        self._runner = None
+        for item in self._pending:
+            self._count_alone(item.route, item.ok)
+        self._pending.clear()
+
+    async def drained(self) -> None:
+        """Wait until everything queued so far is settled (tests, shutdown)."""
+        await self._idle.wait()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                await self._settle(self._take())
+            self._idle.set()
+
+    def _take(self) -> list[Settlement]:
+        return [self._pending.popleft() for _ in range(min(_BATCH, len(self._pending)))]
+
+    async def _settle(self, batch: list[Settlement]) -> None:
+        """One batch at once: a Redis store sends them in one pipeline."""
+        states = await asyncio.gather(
+            *(self._store.settle_task(s.task, s.request, s.route, s.ok, self._ttl_s) for s in batch),
+            return_exceptions=True,
+        )
+        for item, state in zip(batch, states, strict=True):
+            if isinstance(state, TaskState):
+                self._apply(settle_deltas(state, item.route, item.ok))
+                if not state.route:
+                    self._tell(item.route, "success" if item.ok and not state.failed else "failure")
+            else:
+                if not isinstance(state, Exception):
+                    raise state
+                log.warning("task %s not settled in the store (%s): counted on its own", item.task, state)
+                self._count_alone(item.route, item.ok)
+
+    def _tell(self, route: str, result: str) -> None:
+        if self._on_settled is not None:
+            self._on_settled(route, result)
+
+    def _count_alone(self, route: str, ok: bool) -> None:
+        self.untracked += 1
+        self._tell(route, "success" if ok else "failure")
+        self._apply({route: {"tasks": 1, "tasks_ok": float(ok)}})
+
+    def _apply(self, deltas: Mapping[str, Counts]) -> None:
+        for route, counts in deltas.items():
+            if counts:
+                self._store.count(route, counts)

@@ -1,0 +1,59 @@
+"""`tidegate report` from outside, as an operator runs it after `tidegate demo` traffic: the
+table, the JSON and the HTML page with its plots; and the economics on /metrics."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import orjson
+
+from tests.servers import CliProcess, run_cli, wait_until
+
+ADMIN = ("--admin-key", "demo-admin")
+
+
+def test_report_after_demo_traffic(tmp_path):
+    with CliProcess("demo", "--port", "0") as demo:
+        client = openai.OpenAI(base_url=demo.url, api_key="unused", max_retries=0)
+        for i in range(6):
+            client.chat.completions.create(
+                model="demo-model", messages=[{"role": "user", "content": f"Hello {i}"}], stream=i % 2 == 0
+            )
+        report_url = demo.root + "/admin/report?window=5m"
+        admin = {"authorization": "Bearer demo-admin"}
+        wait_until(
+            lambda: (
+                httpx.get(report_url, headers=admin).json()["models"]["demo-model"]["economics"]["blended"][
+                    "tasks"
+                ]
+                == 6
+            ),
+            timeout=10,
+        )
+        table = run_cli("report", "--url", demo.root, *ADMIN, "--window", "5m")
+        as_json = run_cli("report", "--url", demo.root, *ADMIN, "--window", "5m", "--format", "json")
+        out = tmp_path / "report"
+        page = run_cli(
+            "report", "--url", demo.root, *ADMIN, "--window", "5m", "--format", "html", "--out", str(out)
+        )
+        bad_window = run_cli("report", "--url", demo.root, *ADMIN, "--window", "soon")
+        metrics = httpx.get(demo.root + "/metrics").text
+    assert table.returncode == 0, table.stderr
+    assert "demo-model: cost over the last 300s" in table.stdout and "blended" in table.stdout
+    assert "→" in table.stdout  # the recommendation
+    found = orjson.loads(as_json.stdout)
+    economics = found["models"]["demo-model"]["economics"]
+    assert economics["blended"]["tasks"] == 6
+    assert economics["routes"]["sim-dedicated"]["cost_usd"] > 0  # provisioned time is paid, busy or idle
+    assert found["models"]["demo-model"]["traffic_shape"]["requests"] == 6
+    assert page.returncode == 0, page.stderr
+    for name in ("concurrency", "cost", "ttft", "utilization"):
+        assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG"), name
+    html = (out / "report.html").read_text()
+    assert html.count('src="data:image/png;base64,') == 4
+    assert orjson.loads((out / "report.json").read_bytes())["window_s"] == 300
+    assert bad_window.returncode == 1 and "window" in bad_window.stderr
+    assert 'tidegate_tasks_total{model="demo-model"' in metrics
+    assert "tidegate_cost_usd_total" in metrics
+    assert 'tidegate_dedicated_utilization{endpoint="sim-dedicated"}' in metrics
+    assert 'tidegate_dedicated_desired_replicas{endpoint="sim-dedicated"}' in metrics
