@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body, Depends, Request
 
 from policies.types import Snapshot, route_key
 from router.auth import KeyDigests, bearer_token
+from router.canary_controller import ACTIONS, HISTORY, CanaryController
 from router.config import GatewayConfig, ModelConfig
 from router.economics_report import economics_report
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
@@ -25,7 +26,9 @@ class AdminDisabled(ClientError):
     code = "admin_disabled"
 
 
-def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> APIRouter:
+def admin_router(
+    config: GatewayConfig, store: StateStore, signals: Signals, canary: CanaryController
+) -> APIRouter:
     admin_key = KeyDigests([config.auth.admin_key])
 
     def require_admin(request: Request) -> None:
@@ -110,7 +113,32 @@ def admin_router(config: GatewayConfig, store: StateStore, signals: Signals) -> 
         if isinstance(percent, bool) or not isinstance(percent, int | float) or not 0 <= percent <= 100:
             raise InvalidRequest("'percent' must be a number from 0 to 100", param="percent")
         await store.set_canary(model, float(percent))
+        await canary.manual_set(model, float(percent))
         return describe(model)
+
+    @router.get("/models/{model}/canary")
+    async def get_canary(model: str, history: int = 20) -> dict[str, Any]:
+        """The canary controller's run: state, step, next analysis, plan, history."""
+        model_config(model)
+        if not 1 <= history <= HISTORY:
+            raise InvalidRequest(f"history must be from 1 to {HISTORY}", param="history")
+        return await canary.status(model, history)
+
+    @router.get("/models/{model}/canary/plan")
+    async def plan_canary(model: str) -> dict[str, Any]:
+        """What the controller would do now, on the current window (changes nothing)."""
+        model_config(model)
+        return await canary.plan_now(model)
+
+    @router.post("/models/{model}/canary/{action}")
+    async def act_canary(model: str, action: str) -> dict[str, Any]:
+        model_config(model)
+        if action not in ACTIONS:
+            raise InvalidRequest(
+                f"unknown canary action {action!r}; one of {', '.join(ACTIONS)}", param="action"
+            )
+        await canary.act(model, action)
+        return await canary.status(model)
 
     return router
 

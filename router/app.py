@@ -27,6 +27,7 @@ from router.admin import admin_router
 from router.auth import ApiKeys
 from router.bookkeeping import Books
 from router.breaker import Breakers, breaker_configs
+from router.canary_controller import CanaryController
 from router.config import ConfigError, GatewayConfig
 from router.costs import EconomicsGauges
 from router.dispatch import Dispatcher
@@ -107,6 +108,7 @@ def create_app(
     telemetry.watch(signals.snapshot, store)
     ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled)
     gauges = EconomicsGauges(config, store, telemetry.economics)
+    controller = CanaryController(config, store, signals.snapshot, telemetry.registry)
     dispatcher = Dispatcher(
         config,
         store,
@@ -133,9 +135,11 @@ def create_app(
         await signals.start()
         ledger.start()
         gauges.start()
+        controller.start()
         try:
             yield
         finally:
+            await controller.close()
             await gauges.close()
             await signals.close()
             await ledger.close()
@@ -157,6 +161,7 @@ def create_app(
         ("signals", signals),
         ("telemetry", telemetry),
         ("ledger", ledger),
+        ("canary", controller),
     ):
         setattr(app.state, name, value)
     for path in api.PROXIED_PATHS:
@@ -167,7 +172,7 @@ def create_app(
     app.router.routes.append(feedback_route(ledger, keys))
     app.router.routes.extend(api.health_routes(store))
     app.router.routes.append(api.metrics_route(telemetry.registry))
-    app.include_router(admin_router(config, store, signals))
+    app.include_router(admin_router(config, store, signals, controller))
     _install_error_handlers(app)
     return app
 

@@ -54,6 +54,7 @@ class StateConfig(_Frozen):
     # Redis unreachable at start: refuse to start (false), or start deciding locally (true)
     start_degraded: bool = False
     redis_cluster: bool = False  # redis_url points at a Redis Cluster (also: a redis+cluster:// URL)
+    leader_ttl_s: Annotated[float, Field(ge=1, le=300)] = 10.0  # the canary controller's leader lease
 
 
 class AuthConfig(_Frozen):
@@ -280,6 +281,54 @@ class SuccessConfig(_Frozen):
     max_checked_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024  # of a stream's text kept for checks
 
 
+class CanaryChecks(_Frozen):
+    """Dedicated against serverless over the same interval; a check whose figure is missing on
+    a side (no samples) makes the analysis inconclusive, not failed."""
+
+    ttft_p95_max_ratio: Annotated[float, Field(gt=0)] | None = 1.2
+    ttft_p95_max_ms: Annotated[float, Field(gt=0)] | None = None
+    itl_p50_max_ratio: Annotated[float, Field(gt=0)] | None = 1.5
+    error_rate_max_percent: Annotated[float, Field(ge=0, le=100)] | None = 1.0  # dedicated, absolute
+    success_rate_min_ratio: Annotated[float, Field(gt=0)] | None = 0.98  # dedicated / serverless
+    cost_per_success_max_ratio: Annotated[float, Field(gt=0)] | None = None  # dedicated / serverless
+
+
+class CanaryControllerConfig(_Frozen):
+    """Move the model's canary percent step by step while dedicated holds up against
+    serverless (router/canary_controller.py)."""
+
+    steps: tuple[Annotated[float, Field(gt=0, le=100)], ...] = ()
+    step_percent: Annotated[float, Field(gt=0, le=100)] | None = None  # instead of steps: +this ...
+    max_percent: Annotated[float, Field(gt=0, le=100)] = 100.0  # ... up to this
+    interval_s: Annotated[float, Field(gt=0)] = 300.0
+    min_samples: Annotated[int, Field(ge=1)] = 75  # requests per side and interval; fewer: hold
+    checks: CanaryChecks = CanaryChecks()
+    failure_threshold: Annotated[int, Field(ge=1)] = 2  # failed analyses in a row before on_failure
+    on_failure: Literal["rollback", "hold"] = "rollback"
+    start: Literal["manual", "auto"] = "manual"  # auto: start a run when the gateway starts (if idle)
+
+    @model_validator(mode="after")
+    def _one_way_to_step(self) -> CanaryControllerConfig:
+        if self.steps and self.step_percent is not None:
+            raise ValueError("give either steps or step_percent (with max_percent), not both")
+        if not self.steps and self.step_percent is None:
+            raise ValueError("give steps (e.g. [5, 10, 25, 50, 100]) or step_percent")
+        if list(self.steps) != sorted(set(self.steps)):
+            raise ValueError("steps must rise strictly")
+        return self
+
+    def plan(self) -> tuple[float, ...]:
+        """The percents a run walks through, in order."""
+        if self.steps:
+            return self.steps
+        assert self.step_percent is not None
+        count = int(self.max_percent / self.step_percent + 1e-9)
+        walk = [round(self.step_percent * (i + 1), 6) for i in range(count)]
+        if not walk or walk[-1] < self.max_percent:
+            walk.append(self.max_percent)
+        return tuple(walk)
+
+
 class ModelConfig(_Frozen):
     policy: str = "dedicated_first"  # a name from policies.registry
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
@@ -289,6 +338,7 @@ class ModelConfig(_Frozen):
     breaker: BreakerConfig = BreakerConfig()
     retry: RetryConfig = RetryConfig()
     success: SuccessConfig = SuccessConfig()
+    canary: CanaryControllerConfig | None = None  # the canary controller; none: set by hand only
     dedicated: tuple[DedicatedEndpoint, ...] = ()
     serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order
 
@@ -402,6 +452,11 @@ def _check_endpoints(config: GatewayConfig) -> None:
         seen: set[str] = set()
         if not model.endpoints:
             problems.append(f"models.{model_name}: needs at least one dedicated or serverless endpoint")
+        if model.canary is not None and not (model.dedicated and model.serverless):
+            problems.append(
+                f"models.{model_name}.canary: the controller compares dedicated with serverless; "
+                "the model needs at least one of each"
+            )
         for endpoint in model.endpoints:
             if endpoint.name in seen:
                 problems.append(f"models.{model_name}: endpoint name {endpoint.name!r} is used twice")

@@ -22,9 +22,10 @@ from rich.live import Live
 
 from router.app import build_policies, create_app
 from router.cli.admin_client import AdminCallFailed, call_admin
+from router.cli.canary import render_plan, render_status
 from router.cli.serving import Served, bind, configure_logging, run, run_workers, startup_failed
 from router.cli.stats import render
-from router.config import ConfigError, load_config, parse_config
+from router.config import ConfigError, GatewayConfig, load_config, parse_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,13 +66,31 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("file", type=Path)
     check.set_defaults(run=_check_config)
 
-    canary = commands.add_parser("canary", help="read or set a model's live canary percent")
+    canary = commands.add_parser("canary", help="a model's canary: set it by hand, or drive the controller")
     canary_commands = canary.add_subparsers(required=True, metavar="ACTION")
     canary_set = canary_commands.add_parser("set", help="set MODEL's canary percent on every replica")
     canary_set.add_argument("model")
     canary_set.add_argument("percent", type=float)
     _add_admin_args(canary_set)
     canary_set.set_defaults(run=_canary_set)
+    status = canary_commands.add_parser("status", help="the canary controller's run and history")
+    status.add_argument("model")
+    status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    status.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
+    _add_admin_args(status)
+    status.set_defaults(run=_canary_status)
+    for action, text in (
+        ("start", "start a run: step through the plan while dedicated holds up"),
+        ("pause", "pause the run at its current percent"),
+        ("resume", "resume a paused run"),
+        ("abort", "end the run and send the model's traffic back to 0%"),
+        ("promote", "end the run at the plan's last percent"),
+        ("plan", "dry run: what the controller would do now, and why (changes nothing)"),
+    ):
+        command = canary_commands.add_parser(action, help=text)
+        command.add_argument("model")
+        _add_admin_args(command)
+        command.set_defaults(run=_canary_action, action=action)
 
     stats = commands.add_parser(
         "stats", help="per-route figures over a window, as tables (GET /admin/routes)"
@@ -122,6 +141,48 @@ def _canary_set(args: argparse.Namespace) -> int:
         return 1
     live, configured = body["canary_percent"], body["configured_canary_percent"]
     print(f"{args.model}: canary {live:g}% (configured {configured:g}%)")
+    return 0
+
+
+def _canary_status(args: argparse.Namespace) -> int:
+    console = Console()
+
+    def fetch() -> Group:
+        return render_status(
+            call_admin("GET", args.url, f"/admin/models/{args.model}/canary", args.admin_key)
+        )
+
+    try:
+        if not args.watch:
+            console.print(fetch())
+            return 0
+        with Live(fetch(), console=console, refresh_per_second=4) as live:
+            while True:
+                time.sleep(args.every)
+                live.update(fetch())
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+def _canary_action(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "plan":
+            print(
+                render_plan(
+                    call_admin("GET", args.url, f"/admin/models/{args.model}/canary/plan", args.admin_key)
+                )
+            )
+            return 0
+        found = call_admin(
+            "POST", args.url, f"/admin/models/{args.model}/canary/{args.action}", args.admin_key
+        )
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    Console().print(render_status(found))
     return 0
 
 
@@ -375,11 +436,23 @@ def _demo(args: argparse.Namespace) -> int:
             try_this=scenario.try_this,
             root=url.removesuffix("/v1"),
             admin=config.auth.admin_key,
+            canary=_canary_banner(config, url.removesuffix("/v1")),
         ),
         flush=True,
     )
     run(Served(create_app(config), sock, config.limits.drain_s, config.limits), companions)
     return 0
+
+
+def _canary_banner(config: GatewayConfig, root: str) -> str:
+    """How to watch the demo's canary runs, for the models that have one."""
+    lines = [
+        f"\nThe canary run of {name} (steps {', '.join(f'{p:g}%' for p in model.canary.plan())}):\n\n"
+        f"    tidegate canary status {name} --url {root} --admin-key {config.auth.admin_key} --watch\n"
+        for name, model in config.models.items()
+        if model.canary is not None
+    ]
+    return "".join(lines)
 
 
 _DEMO_BANNER = """\
@@ -401,7 +474,7 @@ Response headers x-tidegate-route / -kind / -reason / -outcome say where each re
 Watch every route (TTFT p50/p95/p99, CV%, spills, utilization) from another terminal:
 
     tidegate stats --url {root} --admin-key {admin} --watch
-
+{canary}
 Prometheus metrics: {root}/metrics. One JSON line per request is logged below.
 Other scenarios: tidegate demo --scenario default | faults | auth | tight. Ctrl-C stops everything.
 """

@@ -58,7 +58,9 @@ SCENARIOS: Mapping[str, Scenario] = MappingProxyType(
             "demo.yaml",
             _default_sims(),
             "one model: a dedicated sim (4 sequences), spilling to two serverless sims",
-            "Send more than 4 requests at once: the 5th spills (x-tidegate-reason: saturated).",
+            "a canary run moves demo-model's traffic to dedicated in steps (25% -> 50% -> 100%, one "
+            "analysis per 20 s of traffic). Once it is at 100%, send more than 4 requests at once: "
+            "the 5th spills (x-tidegate-reason: saturated).",
         ),
         "faults": Scenario(
             "demo-faults.yaml",

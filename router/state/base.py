@@ -102,6 +102,26 @@ class StateStore(Protocol):
         """See router/tasks.py (TaskStore). StoreUnavailable when the shared store cannot be
         reached."""
 
+    async def lead(self, token: str, ttl_s: float) -> bool:
+        """Take or renew the canary controller's leader lease for `ttl_s`; True while `token`
+        holds it. StoreUnavailable when the shared store cannot be reached."""
+
+    async def resign(self, token: str) -> None:
+        """Give the lease up if `token` holds it (a clean shutdown hands over at once)."""
+
+    async def canary_run(self, model: str) -> tuple[int, bytes | None]:
+        """A model's canary run (JSON, None if never started) and its version."""
+
+    async def canary_history(self, model: str, limit: int) -> list[bytes]:
+        """The newest `limit` events of a model's canary history (JSON), newest first."""
+
+    async def write_canary(
+        self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
+    ) -> int:
+        """Replace the run if it is still at `version` and, with `leader`, while that token
+        leads; add `event` to the history (kept to `history` events). The new version; 0 when
+        fenced out; -1 when the run changed since it was read."""
+
     async def set_canary(self, model: str, percent: float) -> None:
         """Set a model's live canary percent for every process sharing the store."""
 

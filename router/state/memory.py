@@ -50,6 +50,9 @@ class MemoryStore:
         self._tasks: OrderedDict[str, tuple[TaskState, float]] = OrderedDict()
         self._requests: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._max_tasks = max_tasks
+        self._leader: tuple[str, float] = ("", 0.0)  # the canary controller's (token, until)
+        self._runs: dict[str, tuple[int, bytes | None]] = {}  # model -> (version, run JSON)
+        self._history: dict[str, deque[bytes]] = {}
         self._held: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> weight
         self._used: defaultdict[str, int] = defaultdict(int)  # pool -> slots held
         self._capacity: dict[str, int] = {}
@@ -125,6 +128,38 @@ class MemoryStore:
         wall = time.time()
         step = resolution_for(window_s)
         return step, {route: self._counts.series(route, wall, window_s, step) for route in routes}
+
+    async def lead(self, token: str, ttl_s: float) -> bool:
+        now = time.monotonic()
+        holder, until = self._leader
+        if holder in ("", token) or until < now:
+            self._leader = (token, now + ttl_s)
+            return True
+        return False
+
+    async def resign(self, token: str) -> None:
+        if self._leader[0] == token:
+            self._leader = ("", 0.0)
+
+    async def canary_run(self, model: str) -> tuple[int, bytes | None]:
+        return self._runs.get(model, (0, None))
+
+    async def canary_history(self, model: str, limit: int) -> list[bytes]:
+        return list(self._history.get(model, ()))[:limit]
+
+    async def write_canary(
+        self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
+    ) -> int:
+        if leader is not None and (self._leader[0] != leader or self._leader[1] < time.monotonic()):
+            return 0
+        current, _ = self._runs.get(model, (0, None))
+        if current != version:
+            return -1
+        self._runs[model] = (current + 1, run)
+        if event is not None:
+            events = self._history.setdefault(model, deque(maxlen=history))
+            events.appendleft(event)
+        return current + 1
 
     async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
         now = time.monotonic()

@@ -76,7 +76,17 @@ from router.state.latency import (
 )
 from router.state.memory import MemoryStore
 from router.state.redis_batch import Batcher
-from router.state.redis_scripts import ACQUIRE, CIRCUITS, COUNT, RENEW, SETTLE_TASK, TASK_FEEDBACK, TRIP
+from router.state.redis_scripts import (
+    ACQUIRE,
+    CANARY_WRITE,
+    CIRCUITS,
+    COUNT,
+    LEAD,
+    RENEW,
+    SETTLE_TASK,
+    TASK_FEEDBACK,
+    TRIP,
+)
 from router.tasks import TaskState
 
 log = logging.getLogger("tidegate.state")
@@ -279,6 +289,48 @@ class RedisStore:
         released = self._released.pop(lease.pool, None)
         if released is not None:
             released.set()
+
+    def canary_keys(self, model: str) -> list[str]:
+        """The leader lease, a model's run and its history: one hash slot ({canary})."""
+        tag = f"{self._prefix}:{{canary}}"
+        return [f"{tag}:leader", f"{tag}:run:{model}", f"{tag}:history:{model}"]
+
+    async def lead(self, token: str, ttl_s: float) -> bool:
+        keys = self.canary_keys("")[:1]
+        try:
+            return bool(await self._redis.eval(LEAD, 1, *keys, token, int(ttl_s * 1000)))
+        except RedisError as exc:
+            raise StoreUnavailable(f"the leader lease could not be checked ({exc})") from exc
+
+    async def resign(self, token: str) -> None:
+        key = self.canary_keys("")[0]
+        with contextlib.suppress(RedisError):
+            if await self._redis.get(key) == token.encode():
+                await self._redis.delete(key)
+
+    async def canary_run(self, model: str) -> tuple[int, bytes | None]:
+        try:
+            found = await self._redis.hmget(self.canary_keys(model)[1], ["version", "json"])
+        except RedisError as exc:
+            raise StoreUnavailable(f"the canary run could not be read ({exc})") from exc
+        version, run = found
+        return int(version or 0), run.encode() if isinstance(run, str) else run
+
+    async def canary_history(self, model: str, limit: int) -> list[bytes]:
+        try:
+            found = await self._redis.lrange(self.canary_keys(model)[2], 0, limit - 1)
+            return [e if isinstance(e, bytes) else str(e).encode() for e in found]
+        except RedisError as exc:
+            raise StoreUnavailable(f"the canary history could not be read ({exc})") from exc
+
+    async def write_canary(
+        self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
+    ) -> int:
+        args: list[str | bytes | int] = [leader or "", run, event or b"", history, version]
+        try:
+            return int(await self._redis.eval(CANARY_WRITE, 3, *self.canary_keys(model), *args))
+        except RedisError as exc:
+            raise StoreUnavailable(f"the canary run could not be written ({exc})") from exc
 
     def task_key(self, task: str) -> str:
         return f"{self._prefix}:task:{{{task}}}"

@@ -126,3 +126,38 @@ if ARGV[1] == '0' then
 end
 return {before[1] or '', tonumber(before[2] or '0'), tonumber(before[3] or '0')}
 """
+
+# KEYS: the leader lease. ARGV: token, ttl_ms. Returns 1 when `token` leads (taken or renewed).
+LEAD = """
+local holder = redis.call('GET', KEYS[1])
+if holder == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: the leader lease, the run hash, the history list (one hash slot: {canary}). ARGV: the
+# leader's token ('' for an admin's write), the run's JSON, an event's JSON ('' for none), the
+# history's bound, the version the writer read. Writes only if the version is unchanged and,
+# for a leader, while it still holds the lease (a paused old leader is fenced out). Returns the
+# new version, 0 when fenced out, -1 when the run changed since it was read.
+CANARY_WRITE = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local version = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
+if version ~= tonumber(ARGV[5]) then
+  return -1
+end
+redis.call('HSET', KEYS[2], 'json', ARGV[2], 'version', version + 1)
+if ARGV[3] ~= '' then
+  redis.call('LPUSH', KEYS[3], ARGV[3])
+  redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1)
+end
+return version + 1
+"""

@@ -102,6 +102,7 @@ def test_demo_starts_upstreams_and_answers_the_sdk():
     banner = "".join(demo.output)
     assert "client = OpenAI(base_url=" in banner and demo.url in banner
     assert f"tidegate stats --url {demo.root} --admin-key demo-admin --watch" in banner
+    assert f"tidegate canary status demo-model --url {demo.root} --admin-key demo-admin --watch" in banner
     assert stats.returncode == 0, stats.stderr
     assert "demo-model" in stats.stdout and "2 requests" in stats.stdout
 

@@ -86,14 +86,26 @@ def test_three_replicas_behave_as_one_gateway(tmp_path: Path, redis_url):
                 ]
 
             sent = 18 + len(probes)
-            wait_until(lambda: report(replicas[0])["requests"] == sent, timeout=10, interval=0.2)
+
+            def settled() -> bool:
+                found = [report(r) for r in replicas]
+                tasks = {sum(e["tasks"] for e in f["economics"]["routes"].values()) for f in found}
+                return all(f["requests"] == sent for f in found) and tasks == {sent}
+
+            wait_until(settled, timeout=10, interval=0.2)
             reports = [report(r) for r in replicas]
         finally:
             for r in replicas:
                 r.__exit__(None, None, None)
-    # utilization divides by the time the window spans *now*, so it moves between the calls
+    # utilization and dedicated cost divide or multiply by the time the window spans *now*, so
+    # they move between the calls; tasks and serverless costs must agree exactly
     utilization = [r["routes"]["ded"].pop("utilization") for r in reports]
     assert max(utilization) - min(utilization) < 0.01
+    economics = [r.pop("economics") for r in reports]
     assert reports[0] == reports[1] == reports[2]
+    for route in ("ded", "sl"):
+        for figure in ("tasks", "successful_tasks", "successful_requests"):
+            assert len({e["routes"][route][figure] for e in economics}) == 1, (route, figure)
+    assert len({e["routes"]["sl"]["cost_usd"] for e in economics}) == 1
     assert reports[0]["routes"]["ded"]["requests"] + reports[0]["routes"]["sl"]["requests"] == sent
     assert reports[0]["spill_rate"]["canary_out"] > 0

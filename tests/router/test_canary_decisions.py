@@ -1,0 +1,119 @@
+"""The canary controller's decisions as pure functions: the plan, each check, the verdict and
+the step it leads to (the acceptance with real parts: tests/integration/test_canary_controller.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.canary_analysis import Side, Verdict, analyse
+from router.canary_controller import CanaryConflict, CanaryRun, _admin_action, decide
+from router.config import CanaryChecks, CanaryControllerConfig, ConfigError, parse_config
+
+HEALTHY = Side(
+    requests=100, errors=0, successes=99, ttft_p95_ms=100, itl_p50_ms=20, cost_usd=1.0, successful_tasks=99
+)
+SERVERLESS = Side(
+    requests=100, errors=0, successes=99, ttft_p95_ms=100, itl_p50_ms=20, cost_usd=1.0, successful_tasks=99
+)
+CONFIG = CanaryControllerConfig(steps=(5, 10, 25, 50, 100), interval_s=300, min_samples=75)
+
+
+def test_the_plan_from_steps_or_a_step_size():
+    assert CONFIG.plan() == (5, 10, 25, 50, 100)
+    assert CanaryControllerConfig(step_percent=30).plan() == (30, 60, 90, 100)
+    assert CanaryControllerConfig(step_percent=25, max_percent=50).plan() == (25, 50)
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({}, "give steps"),
+        ({"steps": [10, 5]}, "rise strictly"),
+        ({"steps": [10], "step_percent": 5}, "not both"),
+    ],
+)
+def test_a_plan_that_cannot_be_walked_is_refused(settings, problem):
+    with pytest.raises(ValueError, match=problem):
+        CanaryControllerConfig(**settings)
+
+
+def test_a_canary_needs_both_sides():
+    text = """
+auth: {allow_anonymous: true}
+models:
+  m:
+    canary: {steps: [10, 100]}
+    serverless: [{name: s, base_url: "http://s", model: x}]
+"""
+    with pytest.raises(ConfigError, match=r"models\.m\.canary: .* needs at least one of each"):
+        parse_config(text, {})
+
+
+def test_healthy_figures_pass_every_check():
+    analysis = analyse(HEALTHY, SERVERLESS, CanaryChecks(cost_per_success_max_ratio=1.0), 75)
+    assert analysis.verdict is Verdict.PASS
+    assert {c.result for c in analysis.checks} == {"pass"}
+    assert len(analysis.checks) == 5
+
+
+@pytest.mark.parametrize(
+    ("dedicated", "check"),
+    [
+        (Side(100, 0, 99, 130, 20, 1.0, 99), "ttft_p95_ratio"),  # 1.3x serverless p95 TTFT
+        (Side(100, 0, 99, 100, 31, 1.0, 99), "itl_p50_ratio"),
+        (Side(100, 2, 98, 100, 20, 1.0, 98), "error_rate_percent"),  # 2% > 1%
+        (Side(100, 0, 90, 100, 20, 1.0, 90), "success_rate_ratio"),  # 0.909 < 0.98
+    ],
+)
+def test_each_check_fails_on_its_own_figure(dedicated, check):
+    analysis = analyse(dedicated, SERVERLESS, CanaryChecks(), 75)
+    assert analysis.verdict is Verdict.FAIL
+    assert [c.name for c in analysis.checks if c.result == "fail"] == [check]
+    assert check in analysis.reason
+
+
+def test_thin_data_holds_on_latency_but_errors_still_fail():
+    thin_slow = Side(10, 0, 10, 500, 20, 1.0, 10)
+    assert analyse(thin_slow, SERVERLESS, CanaryChecks(), 75).verdict is Verdict.INCONCLUSIVE
+    thin_erroring = Side(10, 5, 5, 100, 20, 1.0, 5)
+    assert analyse(thin_erroring, SERVERLESS, CanaryChecks(), 75).verdict is Verdict.FAIL
+    no_ttft = Side(100, 0, 99, None, 20, 1.0, 99)
+    assert analyse(no_ttft, SERVERLESS, CanaryChecks(), 75).verdict is Verdict.INCONCLUSIVE
+
+
+def test_decisions_step_hold_and_roll_back():
+    run = CanaryRun("progressing", 0, 5.0, 0, 0.0, 0.0, 0.0)
+    passed = analyse(HEALTHY, SERVERLESS, CanaryChecks(), 75)
+    failed = analyse(Side(100, 5, 95, 100, 20, 1.0, 95), SERVERLESS, CanaryChecks(), 75)
+    held = analyse(Side(3, 0, 3, 100, 20, 1.0, 3), SERVERLESS, CanaryChecks(), 75)
+    up, action = decide(run, passed, CONFIG, now=1000.0)
+    assert (action, up.step, up.percent, up.next_at) == ("step_up", 1, 10, 1300.0)
+    same, action = decide(up, held, CONFIG, now=1300.0)
+    assert (action, same.percent, same.failures) == ("hold", 10, 0)
+    once, action = decide(same, failed, CONFIG, now=1600.0)
+    assert (action, once.percent, once.failures, once.state) == ("hold_failed", 10, 1, "progressing")
+    back, action = decide(once, failed, CONFIG, now=1900.0)
+    assert (action, back.percent, back.state) == ("rollback", 0.0, "rolled_back")
+    hold_config = CanaryControllerConfig(steps=(5, 100), on_failure="hold", failure_threshold=1)
+    paused, action = decide(run, failed, hold_config, now=1.0)
+    assert (action, paused.state, paused.percent) == ("pause", "paused", 5.0)
+
+
+def test_the_last_step_promotes():
+    run = CanaryRun("progressing", 3, 50.0, 0, 0.0, 0.0, 0.0)
+    done, action = decide(run, analyse(HEALTHY, SERVERLESS, CanaryChecks(), 75), CONFIG, now=1.0)
+    assert (action, done.state, done.percent, done.next_at) == ("promote", "promoted", 100, None)
+
+
+def test_admin_actions_refuse_what_does_not_apply():
+    idle = CanaryRun()
+    with pytest.raises(CanaryConflict):
+        _admin_action(idle, "pause", CONFIG, 1.0)
+    with pytest.raises(CanaryConflict):
+        _admin_action(idle, "resume", CONFIG, 1.0)
+    started = _admin_action(idle, "start", CONFIG, 1.0)
+    assert (started.state, started.percent, started.next_at) == ("progressing", 5, 301.0)
+    with pytest.raises(CanaryConflict):
+        _admin_action(started, "start", CONFIG, 1.0)
+    assert _admin_action(started, "promote", CONFIG, 2.0).percent == 100
+    assert _admin_action(started, "abort", CONFIG, 2.0).percent == 0
