@@ -3,7 +3,8 @@
 A route is ranked once its window holds `routing.min_samples` TTFT samples; its score is the
 p95 TTFT, doubled when its CV is over 100% (the seeds' "cold starts" verdict: a bimodal route
 whose p95 can look fine until the next cold load). Unmeasured routes follow the ranked ones in
-configured order, except for `routing.explore_percent` of stickiness keys, which try them
+configured order (or the order `tidegate probe --apply` measured, when one was applied),
+except for `routing.explore_percent` of stickiness keys, which try them
 first so they get measured at all. The seeds show the fastest provider differs per model, so
 this is decided per route from live figures, never from a fixed list.
 """
@@ -51,6 +52,10 @@ class FastestServerless:
             else:
                 unmeasured.append(candidate)
         ranked = [c for _, _, c in sorted(measured, key=lambda m: (m[0], m[1]))]
+        probed = snapshot.probe_order.get(context.model)
+        if probed:  # routes without live figures yet: in the order a probe measured them
+            place = {name: i for i, name in enumerate(probed)}
+            unmeasured.sort(key=lambda c: place.get(c.name, len(place)))
         if unmeasured and self._explores(context):
             return (*others, *unmeasured, *ranked)
         return (*others, *ranked, *unmeasured)

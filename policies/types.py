@@ -72,6 +72,9 @@ class Snapshot:
     circuit_open: Mapping[str, float] = field(default_factory=dict)  # route key -> cooldown end (`now` clock)
     slo_breached: frozenset[str] = frozenset()  # route keys over their SLO (with hysteresis)
     engine_saturated: frozenset[str] = frozenset()  # pools whose engine says stop dispatching
+    # model -> serverless endpoint names, fastest first, as `tidegate probe --apply` measured
+    # them: `fastest` orders routes without live figures by it
+    probe_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def queue_depth(self, pool: str) -> int:
         """Requests holding a slot on `pool` plus those in line for one."""

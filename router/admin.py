@@ -6,10 +6,14 @@ the admin API answers 403. Upstream API keys never appear in its output.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Body, Depends, Request
 
+from policies.base import RequestContext
+from policies.serverless import FastestServerless, ServerlessOrder
 from policies.types import Snapshot, route_key
 from router.auth import KeyDigests, bearer_token
 from router.canary_controller import ACTIONS, HISTORY, CanaryController
@@ -46,9 +50,10 @@ def admin_router(
             raise ModelNotFound(f"The model `{model}` is not configured", param="model")
         return found
 
-    def describe(model: str) -> dict[str, Any]:
+    async def describe(model: str) -> dict[str, Any]:
         cfg = model_config(model)
         snapshot = signals.snapshot()
+        probed = await store.probe(model)
         return {
             "model": model,
             "canary_percent": snapshot.canary_percent.get(model, cfg.canary_percent),
@@ -75,6 +80,8 @@ def admin_router(
                 }
                 for e in cfg.endpoints
             },
+            "serverless_order": serverless_order(model, cfg, snapshot),
+            "probe": _probe_view(probed),
             "window_s": config.state.window_s,
             "state_store": store.name,
         }
@@ -93,7 +100,14 @@ def admin_router(
 
     @router.get("/routes")
     async def get_routes(window: str = "5m") -> dict[str, Any]:
-        return await routes_report(config, store, signals.snapshot(), window_of(window))
+        found = await routes_report(config, store, signals.snapshot(), window_of(window))
+        for model, entry in found["models"].items():  # what an applied probe said of each route
+            probed = _probe_view(await store.probe(model))
+            for probe in (probed or {}).get("ranking", []):
+                route = entry["routes"].get(probe["endpoint"])
+                if route is not None:
+                    route["probe"] = probe | {"at": probed["at"] if probed else None}
+        return found
 
     @router.get("/report")
     async def get_report(window: str = "24h", model: str | None = None) -> dict[str, Any]:
@@ -104,7 +118,9 @@ def admin_router(
 
     @router.get("/models/{model}")
     async def get_model(model: str) -> dict[str, Any]:
-        return describe(model)
+        return await describe(model)
+
+    _probe_routes(router, store, model_config, describe)
 
     @router.put("/models/{model}/canary")
     async def put_canary(model: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
@@ -114,8 +130,15 @@ def admin_router(
             raise InvalidRequest("'percent' must be a number from 0 to 100", param="percent")
         await store.set_canary(model, float(percent))
         await canary.manual_set(model, float(percent))
-        return describe(model)
+        return await describe(model)
 
+    _canary_routes(router, canary, model_config)
+    return router
+
+
+def _canary_routes(
+    router: APIRouter, canary: CanaryController, model_config: Callable[[str], ModelConfig]
+) -> None:
     @router.get("/models/{model}/canary")
     async def get_canary(model: str, history: int = 20) -> dict[str, Any]:
         """The canary controller's run: state, step, next analysis, plan, history."""
@@ -140,7 +163,58 @@ def admin_router(
         await canary.act(model, action)
         return await canary.status(model)
 
-    return router
+
+def _probe_routes(
+    router: APIRouter,
+    store: StateStore,
+    model_config: Callable[[str], ModelConfig],
+    describe: Callable[[str], Awaitable[dict[str, Any]]],
+) -> None:
+    @router.put("/models/{model}/probe")
+    async def put_probe(model: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+        """A `tidegate probe --apply` ranking: the initial order of `fastest` serverless routes
+        until live figures take over; its verdicts are shown here and in the routes report."""
+        cfg = model_config(model)
+        ranking = body.get("ranking")
+        names = {e.name for e in cfg.serverless}
+        if not isinstance(ranking, list) or not all(isinstance(e, dict) for e in ranking):
+            raise InvalidRequest(
+                "'ranking' must be a list of {endpoint, p95_ms, cv_percent, verdict}", param="ranking"
+            )
+        kept = [e for e in ranking if e.get("endpoint") in names]  # dedicated ones are not ordered
+        if len({e["endpoint"] for e in kept}) != len(kept):
+            raise InvalidRequest("an endpoint appears twice in 'ranking'", param="ranking")
+        unknown = [
+            e.get("endpoint") for e in ranking if e.get("endpoint") not in {x.name for x in cfg.endpoints}
+        ]
+        if unknown:
+            raise InvalidRequest(f"not an endpoint of {model}: {unknown[0]!r}", param="ranking")
+        fields = ("endpoint", "p95_ms", "cv_percent", "verdict", "caution")
+        stored = {
+            "ranking": [{k: e.get(k) for k in fields} for e in kept],
+            "at": str(body.get("at", ""))[:64],
+        }
+        await store.set_probe(model, orjson.dumps(stored))
+        return await describe(model)
+
+
+def serverless_order(model: str, cfg: ModelConfig, snapshot: Snapshot) -> list[str]:
+    """The serverless order a request of this model gets now (a key that does not explore)."""
+    if cfg.routing.serverless is not ServerlessOrder.FASTEST:
+        return [e.name for e in cfg.serverless]
+    sorter = FastestServerless(cfg.routing.min_samples, explore_percent=0.0)
+    return [e.name for e in sorter.sort(RequestContext(model, False, None), snapshot, cfg.serverless)]
+
+
+def _probe_view(raw: bytes | None) -> dict[str, Any] | None:
+    """The applied probe ranking, endpoints over 300% CV flagged."""
+    if raw is None:
+        return None
+    found: dict[str, Any] = orjson.loads(raw)
+    for entry in found.get("ranking", []):
+        cv = entry.get("cv_percent")
+        entry["flagged"] = isinstance(cv, int | float) and cv > 300
+    return found
 
 
 def _circuit(snapshot: Snapshot, route: str) -> dict[str, Any]:

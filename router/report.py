@@ -22,6 +22,7 @@ from router.state.latency import Counts, Histogram, Metric, add_counts, resoluti
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 UNROUTED = "-"  # the counters of requests that never reached an endpoint
+VERDICT_SAMPLES = 75  # the field notes' minimum before a CV verdict means anything
 
 
 def parse_window(text: str) -> float:
@@ -52,6 +53,9 @@ def figures_json(figures: Figures | None) -> dict[str, Any] | None:
     if figures is None:
         return None
     cv_percent = figures.cv * 100
+    verdict = cv_verdict(cv_percent)
+    if figures.samples < VERDICT_SAMPLES:
+        verdict = f"too few samples (< {VERDICT_SAMPLES})"
     return {
         "samples": figures.samples,
         "p50": round(figures.p50, 2),
@@ -60,7 +64,7 @@ def figures_json(figures: Figures | None) -> dict[str, Any] | None:
         "mean": round(figures.mean, 2),
         "std": round(figures.cv * figures.mean, 2),
         "cv_percent": round(cv_percent, 1),
-        "verdict": cv_verdict(cv_percent),
+        "verdict": verdict,
     }
 
 

@@ -15,12 +15,14 @@ import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import orjson
 from rich.console import Console, Group
 from rich.live import Live
 
 from router.app import build_policies, create_app
+from router.cli import probe as probe_cli
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.canary import render_plan, render_status
 from router.cli.serving import Served, bind, configure_logging, run, run_workers, startup_failed
@@ -100,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
     _add_admin_args(stats)
     stats.set_defaults(run=_stats)
+
+    probe_cli.add_parser(commands, _probe, os.environ.get("TIDEGATE_ADMIN_KEY", ""))
 
     report = commands.add_parser(
         "report",
@@ -208,6 +212,63 @@ def _stats(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    console = Console()
+    if not console.is_terminal:  # piped or captured: keep the table whole
+        console = Console(width=200)
+    if args.compare:
+        console.print(probe_cli.compare(*args.compare))
+        return 0
+    problem = probe_cli.check_args(args)
+    if problem is not None:
+        print(f"tidegate probe: {problem}", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return 2
+    args.prompt = args.prompt or probe_cli.DEFAULT_PROMPT
+    chosen = probe_cli.targets(config, args.model, args.endpoint)
+    every = probe_cli.schedule(args)
+    runs = 1 if every is None else max(1, int(every[1] // every[0]))
+    console.print(
+        f"probe plan: {runs} run(s), each {args.warmup} warm-up + {args.requests} requests per endpoint, "
+        f"one at a time, {args.interval_s:g}s apart, max_tokens {args.max_tokens}:"
+    )
+    planned = (args.requests + args.warmup) * runs
+    for name, line in probe_cli.estimate(chosen, planned, args.prompt, args.max_tokens):
+        console.print(f"  {name}: {line}")
+    status = probe_cli.refused(args)
+    if status is not None:
+        return status
+    out = args.out or Path(f"probe-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    for run_index in range(runs):
+        started = time.monotonic()
+        target = out if every is None else out / time.strftime("run-%Y%m%d-%H%M%S", time.gmtime())
+        found = probe_cli.run_probe(args, config, chosen, target, console)
+        console.print(probe_cli.table(found))
+        for entry in found["ranking"]:
+            if entry["caution"]:
+                console.print(f"  {entry['endpoint']}: {entry['caution']}")
+        console.print(f"results: {target}")
+        if args.apply and not _apply_probe(args, found, console):
+            return 1
+        if every is not None and run_index < runs - 1:
+            time.sleep(max(0.0, every[0] - (time.monotonic() - started)))
+    return 0
+
+
+def _apply_probe(args: argparse.Namespace, found: dict[str, Any], console: Console) -> bool:
+    try:
+        models = probe_cli.apply(args.apply, args.admin_key, found, call_admin)
+    except AdminCallFailed as exc:
+        print(f"--apply: {exc}", file=sys.stderr)
+        return False
+    console.print(f"applied the ranking to {args.apply} for {', '.join(models)}")
+    return True
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 
 _VERDICT_STYLE = {
@@ -51,7 +52,7 @@ def _row(route: str, r: dict[str, Any]) -> list[str]:
         _ms(ttft.get("p95")),
         _ms(ttft.get("p99")),
         f"{ttft['cv_percent']:.0f}" if ttft else "-",
-        f"[{style}]{verdict}[/]" if verdict else "-",
+        (f"[{style}]{escape(verdict)}[/]" if style else escape(verdict) if verdict else "-") + _probe_flag(r),
         _ms(r["itl_p50_ms"]),
         _ms(r["e2e_p95_ms"]),
         str(r.get("in_flight", "-")),
@@ -59,6 +60,12 @@ def _row(route: str, r: dict[str, Any]) -> list[str]:
         _pct(r.get("utilization")),
         f"{r['tokens_in']}/{r['tokens_out']}",
     ]
+
+
+def _probe_flag(route: dict[str, Any]) -> str:
+    """A route an applied probe judged not production-ready (CV over 300%)."""
+    probe = route.get("probe") or {}
+    return f" [bold red](probe: CV {probe['cv_percent']:.0f}%)[/]" if probe.get("flagged") else ""
 
 
 def _ms(value: float | None) -> str:

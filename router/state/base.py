@@ -55,6 +55,17 @@ def members(token: str, weight: int) -> list[str]:
     return [token, *(f"{token}#{i}" for i in range(2, weight + 1))]
 
 
+def probe_order(ranking: bytes) -> tuple[str, ...]:
+    """The endpoint names of an applied probe ranking, fastest first."""
+    import orjson  # noqa: PLC0415
+
+    try:
+        found = orjson.loads(ranking)
+        return tuple(str(e["endpoint"]) for e in found.get("ranking", ()))
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+        return ()
+
+
 class StateStore(Protocol):
     name: str
     degraded: bool  # True while shared state is unreachable and decisions are local
@@ -121,6 +132,13 @@ class StateStore(Protocol):
         """Replace the run if it is still at `version` and, with `leader`, while that token
         leads; add `event` to the history (kept to `history` events). The new version; 0 when
         fenced out; -1 when the run changed since it was read."""
+
+    async def set_probe(self, model: str, ranking: bytes) -> None:
+        """Keep a model's applied probe ranking (JSON) for every process: its endpoint order
+        reaches the snapshot (`probe_order`). StoreUnavailable when the store is away."""
+
+    async def probe(self, model: str) -> bytes | None:
+        """The model's applied probe ranking (JSON), if any."""
 
     async def set_canary(self, model: str, percent: float) -> None:
         """Set a model's live canary percent for every process sharing the store."""

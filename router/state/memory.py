@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from policies.types import Snapshot
 from router.periodic import every
-from router.state.base import Lease, Slots
+from router.state.base import Lease, Slots, probe_order
 from router.state.latency import (
     CountBook,
     Counts,
@@ -50,6 +50,7 @@ class MemoryStore:
         self._tasks: OrderedDict[str, tuple[TaskState, float]] = OrderedDict()
         self._requests: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._max_tasks = max_tasks
+        self._probes: dict[str, bytes] = {}  # model -> the applied probe ranking (JSON)
         self._leader: tuple[str, float] = ("", 0.0)  # the canary controller's (token, until)
         self._runs: dict[str, tuple[int, bytes | None]] = {}  # model -> (version, run JSON)
         self._history: dict[str, deque[bytes]] = {}
@@ -204,7 +205,14 @@ class MemoryStore:
             circuit_open={route: until for route, (until, _) in self._circuits.items()},
             ttft=self._figures.ttft,
             e2e=self._figures.e2e,
+            probe_order={model: probe_order(raw) for model, raw in self._probes.items()},
         )
+
+    async def set_probe(self, model: str, ranking: bytes) -> None:
+        self._probes[model] = ranking
+
+    async def probe(self, model: str) -> bytes | None:
+        return self._probes.get(model)
 
     async def refresh(self) -> None:
         """Recompute the windowed figures and drop slices older than the window."""

@@ -58,7 +58,7 @@ from redis.exceptions import RedisError
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
 from router.periodic import every
-from router.state.base import Lease, Slots, StoreUnreachableAtStart, members
+from router.state.base import Lease, Slots, StoreUnreachableAtStart, members, probe_order
 from router.state.latency import (
     ROLLUPS_S,
     SLICE_S,
@@ -154,6 +154,7 @@ class RedisStore:
         self._retention_s = int(retention_s)
         self._prefix = prefix
         self._canary_key = f"{prefix}:canary"
+        self._probe_key = f"{prefix}:probe"
         self._acquire_sha = self._redis.register_script(ACQUIRE).sha
         self._settle_sha = self._redis.register_script(SETTLE_TASK).sha
         self._feedback_sha = self._redis.register_script(TASK_FEEDBACK).sha
@@ -393,6 +394,23 @@ class RedisStore:
             return replace(self._snapshot, now=local.now, in_flight=local.in_flight, waiting=local.waiting)
         return replace(self._snapshot, now=time.monotonic())
 
+    async def set_probe(self, model: str, ranking: bytes) -> None:
+        try:
+            await self._redis.hset(self._probe_key, model, ranking)
+        except RedisError as exc:
+            raise StoreUnavailable(
+                f"the probe ranking could not be stored: Redis is unreachable ({exc})"
+            ) from exc
+        orders = {**self._snapshot.probe_order, model: probe_order(ranking)}
+        self._snapshot = replace(self._snapshot, probe_order=orders)
+
+    async def probe(self, model: str) -> bytes | None:
+        try:
+            found = await self._redis.hget(self._probe_key, model)
+        except RedisError as exc:
+            raise StoreUnavailable(f"the probe ranking could not be read ({exc})") from exc
+        return found.encode() if isinstance(found, str) else found
+
     async def set_canary(self, model: str, percent: float) -> None:
         try:
             await self._redis.hset(self._canary_key, model, str(percent))
@@ -437,11 +455,12 @@ class RedisStore:
         """One pipeline; each script in it touches one pool's or one route's keys."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self._canary_key)
+            pipe.hgetall(self._probe_key)
             for pool in self._pools:
                 pipe.eval(COUNT, 2, *self._line_keys(pool)[:2])
             for route in self._routes:
                 pipe.eval(CIRCUITS, 1, self.breaker_key(route))
-            canary, *rest = await pipe.execute()
+            canary, probes, *rest = await pipe.execute()
         now = time.monotonic()
         pools, routes = rest[: len(self._pools)], rest[len(self._pools) :]
         in_flight = {pool: int(n[0]) for pool, n in zip(self._pools, pools, strict=True)}
@@ -456,6 +475,7 @@ class RedisStore:
             waiting=waiting,
             canary_percent={k.decode(): float(v) for k, v in canary.items()},
             circuit_open=circuits,
+            probe_order={k.decode(): probe_order(v) for k, v in probes.items()},
         )
 
     async def refresh_latency(self) -> None:

@@ -129,7 +129,7 @@ def test_two_replicas_report_the_combined_figures(tmp_path: Path, redis_url):
             <= route["ttft_ms"][name]
             <= client_side * (1 + 2 * RELATIVE_ACCURACY)
         )
-    assert route["ttft_ms"]["verdict"] == cv_verdict(route["ttft_ms"]["cv_percent"])
+    assert route["ttft_ms"]["verdict"] == "too few samples (< 75)"  # 60 samples: no verdict yet
 
 
 def test_dedicated_routes_report_utilization_and_queue(tmp_path: Path, redis_url):

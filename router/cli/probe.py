@@ -1,0 +1,427 @@
+"""`tidegate probe`: the field notes' TTFT consistency benchmark against configured endpoints.
+
+Each endpoint is called **directly** (its `base_url`, model id and key from the config; no
+routing): a streaming chat request at temperature 0, the same prompt every time, one at a time,
+`--interval-s` apart. Per request: TTFT (first output token), mean ITL, e2e, output tokens,
+status and error. Statistics: router/probe.py.
+
+    tidegate probe --config FILE [--model M] [--endpoint NAME ...] [--requests 75] [--warmup 3]
+                   [--interval-s 2] [--prompt TEXT] [--max-tokens 64] [--out DIR] [--yes]
+                   [--every 1h --for 24h] [--apply URL] [--html]
+    tidegate probe --compare DIR1 DIR2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from router.config import Endpoint, GatewayConfig, ServerlessEndpoint
+from router.economics import token_cost_usd
+from router.probe import ProbeResult, by_hour, ranking, summarise
+from router.report import parse_window
+
+DEFAULT_PROMPT = "In one short paragraph, explain what a load balancer does."
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    model: str
+    endpoint: Endpoint
+
+
+def targets(config: GatewayConfig, model: str | None, names: Sequence[str]) -> list[Target]:
+    """The endpoints to probe; a name or model that is not configured is an error."""
+    chosen = []
+    for name, m in config.models.items():
+        if model is not None and name != model:
+            continue
+        for endpoint in m.endpoints:
+            if not names or endpoint.name in names:
+                chosen.append(Target(name, endpoint))
+    if model is not None and model not in config.models:
+        raise SystemExit(f"--model {model}: not in the config (models: {', '.join(config.models)})")
+    missing = set(names) - {t.endpoint.name for t in chosen}
+    if missing:
+        raise SystemExit(f"--endpoint {', '.join(sorted(missing))}: not an endpoint of the chosen model(s)")
+    unique: dict[str, Target] = {}
+    for target in chosen:  # a dedicated pool shared by models is probed once
+        unique.setdefault(target.endpoint.name, target)
+    return list(unique.values())
+
+
+def estimate(
+    targets_: Sequence[Target], requests: int, prompt: str, max_tokens: int
+) -> list[tuple[str, str]]:
+    """Per endpoint: requests planned and their worst-case cost (prompt and max_tokens)."""
+    prompt_tokens = len(prompt) // 4 + 8  # a rough count: chat framing plus ~4 characters a token
+    lines = []
+    for t in targets_:
+        if isinstance(t.endpoint, ServerlessEndpoint):
+            usd = requests * token_cost_usd(
+                prompt_tokens, max_tokens, t.endpoint.usd_per_mtok_in, t.endpoint.usd_per_mtok_out
+            )
+            cost = f"at most ${usd:.4f}"
+        else:
+            cost = "provisioned (already paid)"
+        lines.append((t.endpoint.name, f"{requests} requests, {cost}"))
+    return lines
+
+
+def probe_once(
+    client: httpx.Client, target: Target, index: int, *, warmup: bool, prompt: str, max_tokens: int
+) -> ProbeResult:
+    """One streaming request, timed from send to the first output token and to the end."""
+    endpoint = target.endpoint
+    body = {
+        "model": endpoint.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    started_wall, started = time.time(), time.perf_counter()
+    first = last = None
+    events, tokens, status = 0, None, None
+    try:
+        with client.stream(
+            "POST", endpoint.base_url.rstrip("/") + "/chat/completions", json=body, headers=headers
+        ) as answer:
+            status = answer.status_code
+            if status != 200:
+                answer.read()
+                return ProbeResult(
+                    endpoint.name,
+                    index,
+                    started_wall,
+                    warmup,
+                    status,
+                    f"http_{status}",
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            for line in answer.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = orjson.loads(data)
+                usage = chunk.get("usage")
+                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                    tokens = usage["completion_tokens"]
+                if any(_has_output(c) for c in chunk.get("choices") or ()):
+                    now = time.perf_counter()
+                    first = first or now
+                    last = now
+                    events += 1
+    except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
+        return ProbeResult(
+            endpoint.name, index, started_wall, warmup, status, type(exc).__name__, None, None, None, None
+        )
+    ended = time.perf_counter()
+    if first is None:
+        return ProbeResult(
+            endpoint.name, index, started_wall, warmup, status, "no_output", None, None, None, None
+        )
+    itl = (last - first) * 1000 / (events - 1) if last is not None and events > 1 else None
+    return ProbeResult(
+        endpoint.name,
+        index,
+        started_wall,
+        warmup,
+        status,
+        None,
+        (first - started) * 1000,
+        itl,
+        (ended - started) * 1000,
+        tokens if tokens is not None else events,
+    )
+
+
+def _has_output(choice: Any) -> bool:
+    delta = choice.get("delta") if isinstance(choice, dict) else None
+    return isinstance(delta, dict) and any(
+        delta.get(k) for k in ("content", "reasoning_content", "tool_calls")
+    )
+
+
+def run_probe(
+    args: argparse.Namespace, config: GatewayConfig, chosen: Sequence[Target], out: Path, console: Console
+) -> dict[str, Any]:
+    """One probe of every chosen endpoint: results, table and files in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[ProbeResult]] = {t.endpoint.name: [] for t in chosen}
+    total = len(chosen) * (args.requests + args.warmup)
+    lines = (out / "requests.jsonl").open("ab")
+    with (
+        httpx.Client(timeout=httpx.Timeout(args.timeout_s)) as client,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        ) as progress,
+    ):
+        task = progress.add_task("probing", total=total)
+        for target in chosen:
+            for i in range(args.warmup + args.requests):
+                warm = i < args.warmup
+                progress.update(
+                    task, description=f"{target.endpoint.name} {'warm-up' if warm else 'request'} {i + 1}"
+                )
+                result = probe_once(
+                    client, target, i, warmup=warm, prompt=args.prompt, max_tokens=args.max_tokens
+                )
+                results[target.endpoint.name].append(result)
+                lines.write(orjson.dumps(result.as_json()) + b"\n")
+                progress.advance(task)
+                if i < args.warmup + args.requests - 1:
+                    time.sleep(args.interval_s)
+    lines.close()
+    summaries = [summarise(name, rs) for name, rs in results.items()]
+    report = {
+        "at": datetime.now(UTC).isoformat(),
+        "method": {
+            "requests": args.requests,
+            "warmup": args.warmup,
+            "interval_s": args.interval_s,
+            "max_tokens": args.max_tokens,
+            "prompt": args.prompt,
+            "concurrency": 1,
+            "temperature": 0,
+        },
+        "endpoints": summaries,
+        "ranking": ranking(summaries),
+        "warmup_requests": {name: [r.index for r in rs if r.warmup] for name, rs in results.items()},
+        "by_hour_utc": {name: by_hour(rs) for name, rs in results.items()},
+        "models": {t.endpoint.name: t.model for t in chosen},
+    }
+    (out / "probe.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    figures = plots(results, out)
+    if args.html:
+        write_html(report, figures, out / "probe.html")
+    return report
+
+
+def table(report: dict[str, Any]) -> Table:
+    t = Table(
+        title=f"TTFT consistency (ms), {report['method']['requests']} requests per endpoint at concurrency 1"
+    )
+    for column in (
+        "rank",
+        "endpoint",
+        "n",
+        "errors",
+        "median",
+        "p95",
+        "p99",
+        "mean",
+        "std",
+        "CV %",
+        "verdict",
+        "ITL p50",
+        "e2e p95",
+    ):
+        t.add_column(column, justify="left" if column in ("endpoint", "verdict") else "right")
+    by_name = {s["endpoint"]: s for s in report["endpoints"]}
+    for entry in report["ranking"]:
+        s = by_name[entry["endpoint"]]
+        ttft = s.get("ttft_ms") or {}
+        t.add_row(
+            str(entry["rank"]),
+            s["endpoint"],
+            str(s["n"]),
+            str(s["errors"]),
+            *(_ms(ttft.get(k)) for k in ("median", "p95", "p99", "mean", "std")),
+            f"{s['cv_percent']:.0f}" if s.get("cv_percent") is not None else "-",
+            s["verdict"],
+            _ms(s.get("itl_p50_ms")),
+            _ms(s.get("e2e_p95_ms")),
+        )
+    return t
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def plots(results: dict[str, list[ProbeResult]], out: Path) -> dict[str, bytes]:
+    """Per endpoint: the TTFT distribution (log x) and TTFT over time, outliers (over 3x the
+    median) marked. Skipped, with a note, when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: PLC0415 (optional: the `report` extra)
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        print("plots skipped: pip install 'tidegate[report]' for matplotlib", file=sys.stderr)
+        return {}
+    figures = {}
+    for name, rs in results.items():
+        ok = [r for r in rs if r.ok and not r.warmup and r.ttft_ms is not None]
+        if not ok:
+            continue
+        values = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+        median = sorted(values)[len(values) // 2]
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.5))
+        low, high = max(min(values), 0.1), max(values)
+        edges = [low * (high / low) ** (i / 40) for i in range(41)] if high > low else [low * 0.9, high * 1.1]
+        left.hist(values, bins=edges)
+        left.set_xscale("log")
+        left.set(title=f"{name}: TTFT distribution", xlabel="TTFT (ms, log)", ylabel="requests")
+        times = [r.at - ok[0].at for r in ok]
+        cold = [i for i, v in enumerate(values) if v > 3 * median]
+        right.plot(times, values, ".", label="TTFT")
+        if cold:
+            right.plot([times[i] for i in cold], [values[i] for i in cold], "rx", label="> 3x median (cold?)")
+            right.legend(fontsize=8)
+        right.set_yscale("log")
+        right.set(title=f"{name}: TTFT over time", xlabel="seconds since the first", ylabel="TTFT (ms, log)")
+        fig.tight_layout()
+        path = out / f"ttft-{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        figures[name] = path.read_bytes()
+    return figures
+
+
+def write_html(report: dict[str, Any], figures: dict[str, bytes], path: Path) -> None:
+    import base64  # noqa: PLC0415
+    import html  # noqa: PLC0415
+
+    rows = "".join(
+        f"<tr><td>{e['rank']}</td><td>{html.escape(e['endpoint'])}</td><td>{e['p95_ms']}</td>"
+        f"<td>{e['cv_percent']}</td><td>{html.escape(e['verdict'])}</td>"
+        f"<td>{html.escape(e['caution'] or '')}</td></tr>"
+        for e in report["ranking"]
+    )
+    images = "".join(
+        f'<h3>{html.escape(n)}</h3><img alt="{html.escape(n)}" '
+        f'src="data:image/png;base64,{base64.b64encode(p).decode()}">'
+        for n, p in figures.items()
+    )
+    details = html.escape(orjson.dumps(report["endpoints"], option=orjson.OPT_INDENT_2).decode())
+    path.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>tidegate probe</title></head><body>"
+        f"<h1>TTFT consistency probe, {html.escape(report['at'])}</h1>"
+        "<table><tr><th>rank</th><th>endpoint</th>"
+        f"<th>p95 ms</th><th>CV %</th><th>verdict</th><th>caution</th></tr>{rows}</table>{images}"
+        f"<pre>{details}</pre></body></html>",
+        encoding="utf-8",
+    )
+
+
+def compare(first: Path, second: Path) -> Table:
+    """Two probe runs side by side, endpoint by endpoint."""
+    a, b = (orjson.loads((d / "probe.json").read_bytes()) for d in (first, second))
+    t = Table(title=f"{first} ({a['at']}) vs {second} ({b['at']})")
+    for column in (
+        "endpoint",
+        "p50 A",
+        "p50 B",
+        "p95 A",
+        "p95 B",
+        "CV% A",
+        "CV% B",
+        "verdict A",
+        "verdict B",
+    ):
+        t.add_column(column)
+    left = {s["endpoint"]: s for s in a["endpoints"]}
+    right = {s["endpoint"]: s for s in b["endpoints"]}
+    for name in sorted(set(left) | set(right)):
+        x, y = left.get(name, {}), right.get(name, {})
+        t.add_row(
+            name,
+            _ms((x.get("ttft_ms") or {}).get("median")),
+            _ms((y.get("ttft_ms") or {}).get("median")),
+            _ms((x.get("ttft_ms") or {}).get("p95")),
+            _ms((y.get("ttft_ms") or {}).get("p95")),
+            str(x.get("cv_percent", "-")),
+            str(y.get("cv_percent", "-")),
+            x.get("verdict", "-"),
+            y.get("verdict", "-"),
+        )
+    return t
+
+
+def apply(url: str, admin_key: str, report: dict[str, Any], call: Callable[..., dict[str, Any]]) -> list[str]:
+    """Send each model's serverless ranking to a running gateway (PUT /admin/models/{m}/probe)."""
+    done = []
+    per_model: dict[str, list[dict[str, Any]]] = {}
+    for entry in report["ranking"]:
+        per_model.setdefault(report["models"][entry["endpoint"]], []).append(entry)
+    for model, entries in per_model.items():
+        call("PUT", url, f"/admin/models/{model}/probe", admin_key, {"ranking": entries, "at": report["at"]})
+        done.append(model)
+    return done
+
+
+def schedule(args: argparse.Namespace) -> tuple[float, float] | None:
+    if args.every is None and args.for_ is None:
+        return None
+    if args.every is None or args.for_ is None:
+        raise SystemExit("--every and --for go together, e.g. --every 1h --for 24h")
+    return parse_window(args.every), parse_window(args.for_)
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """Why the probe's arguments cannot be used, or None."""
+    if not args.config:
+        return "--config FILE is required (or --compare DIR1 DIR2)"
+    if args.requests < 1 or args.warmup < 0 or args.interval_s < 0 or args.max_tokens < 1:
+        return "--requests and --max-tokens must be >= 1, --warmup and --interval-s >= 0"
+    return None
+
+
+def refused(args: argparse.Namespace) -> int | None:
+    """None to go on (--yes, or a person at a terminal said yes); else the exit status: 2
+    when nobody can be asked (not a terminal, no --yes), 1 when the person said no."""
+    if args.yes:
+        return None
+    if not sys.stdin.isatty():
+        print("not a terminal: pass --yes to send these requests", file=sys.stderr)
+        return 2
+    return None if input("send them? [y/N] ").strip().lower() in ("y", "yes") else 1
+
+
+def add_parser(commands: Any, run: Callable[[argparse.Namespace], int], admin_key: str) -> None:
+    probe = commands.add_parser(
+        "probe", help="the field notes' TTFT consistency benchmark, per endpoint (calls them directly)"
+    )
+    probe.add_argument("--config", help="the gateway config whose endpoints to probe")
+    probe.add_argument("--model", help="only this model's endpoints")
+    probe.add_argument("--endpoint", action="append", default=[], help="only this endpoint (repeatable)")
+    probe.add_argument("--requests", type=int, default=75, help="measured requests per endpoint (default 75)")
+    probe.add_argument("--warmup", type=int, default=3, help="first requests, not counted (default 3)")
+    probe.add_argument("--interval-s", type=float, default=2.0, help="pause between requests (default 2)")
+    probe.add_argument("--prompt", default=None, help="the fixed prompt (default: a short question)")
+    probe.add_argument("--max-tokens", type=int, default=64)
+    probe.add_argument("--timeout-s", type=float, default=120.0, help="per request")
+    probe.add_argument("--out", type=Path, help="where results go (default probe-<UTC time>)")
+    probe.add_argument("--html", action="store_true", help="also write probe.html")
+    probe.add_argument("--yes", action="store_true", help="do not ask before sending")
+    probe.add_argument("--every", help="repeat the probe this often, e.g. 1h (with --for)")
+    probe.add_argument("--for", dest="for_", help="... for this long, e.g. 24h")
+    probe.add_argument("--apply", metavar="URL", help="send the ranking to a running gateway (admin API)")
+    probe.add_argument("--admin-key", default=admin_key, help="for --apply (env TIDEGATE_ADMIN_KEY)")
+    probe.add_argument("--compare", nargs=2, type=Path, metavar="DIR", help="compare two probe runs")
+    probe.set_defaults(run=run)

@@ -1,0 +1,161 @@
+"""`tidegate probe` from outside (issue 16): the field notes' method against real simulators,
+through the CLI; and `--apply` changing a running gateway's serverless order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile, TtftDistribution
+from tests.servers import CliProcess, Sim, run_cli
+
+SCALE = 5.0  # the steady simulator runs 5x faster: the preset's seconds become 1/5 s
+COLD_SCALE = 20.0  # the cold one 20x: its 10-90 s loads become 0.5-4.5 s
+
+
+def serverless(name: str, preset: str, seed: int, scale: float = SCALE, **faults: float) -> SimProfile:
+    return SimProfile(
+        kind=Kind.SERVERLESS,
+        name=name,
+        ttft=SERVERLESS_PRESETS[preset],
+        serverless_itl_s=0.02,
+        time_scale=scale,
+        seed=seed,
+        faults=Faults(**faults),
+    )
+
+
+def write_config(path: Path, sims: dict[str, Sim], *, fastest: bool = False, admin: bool = False) -> Path:
+    routing = "    routing: {serverless: fastest, min_samples: 1000}\n" if fastest else ""
+    auth = (
+        "auth: {allow_anonymous: true, admin_key: probe-admin}\n"
+        if admin
+        else "auth: {allow_anonymous: true}\n"
+    )
+    path.write_text(
+        auth
+        + "models:\n  m:\n"
+        + routing
+        + "    serverless:\n"
+        + "".join(
+            f"      - {{name: {name}, base_url: '{sim.base_url}', model: x, usd_per_mtok_in: 0.55,"
+            f" usd_per_mtok_out: 2.19}}\n"
+            for name, sim in sims.items()
+        )
+    )
+    return path
+
+
+def probe(config: Path, out: Path, *extra: str):
+    return run_cli(
+        "probe",
+        "--config",
+        str(config),
+        "--interval-s",
+        "0",
+        "--max-tokens",
+        "4",
+        "--yes",
+        "--out",
+        str(out),
+        *extra,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_steady_provider_is_solid_and_a_cold_starting_one_is_not_production_ready(tmp_path):
+    with (
+        Sim(serverless("steady", "deepseek-a", seed=1)) as steady,
+        Sim(serverless("cold", "deepseek-b", seed=5, scale=COLD_SCALE)) as cold,
+    ):
+        config = write_config(tmp_path / "p.yaml", {"steady": steady, "cold": cold})
+        done = probe(config, tmp_path / "out")
+        stats = {"steady": steady.stats(), "cold": cold.stats()}
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = orjson.loads((tmp_path / "out" / "probe.json").read_bytes())
+    by_name = {s["endpoint"]: s for s in found["endpoints"]}
+    steady_summary, cold_summary = by_name["steady"], by_name["cold"]
+    assert steady_summary["n"] == 75 and steady_summary["errors"] == 0
+    assert steady_summary["verdict"] == "solid"
+    assert cold_summary["cv_percent"] > 300 and cold_summary["verdict"] == "not production-ready"
+    # the preset's p50 0.39 s and p95 0.57 s, at 1/5 s per modelled second, within 15%
+    # (the probe's TTFT also holds the first output token and a loopback round trip)
+    assert steady_summary["ttft_ms"]["median"] == pytest.approx(390 / SCALE, rel=0.15, abs=3)
+    assert steady_summary["ttft_ms"]["p95"] == pytest.approx(570 / SCALE, rel=0.15, abs=3)
+    assert all(s["max_in_flight"] == 1 for s in stats.values())  # one request at a time
+    assert found["ranking"][0]["endpoint"] == "steady"
+    assert "untrustworthy" in (found["ranking"][1]["caution"] or "")
+    assert "TTFT consistency" in done.stdout and "not production-ready" in done.stdout
+    lines = [orjson.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_bytes().splitlines()]
+    assert len(lines) == 2 * 78
+    assert found["warmup_requests"] == {"steady": [0, 1, 2], "cold": [0, 1, 2]}
+    assert [line["index"] for line in lines if line["warmup"]] == [0, 1, 2, 0, 1, 2]
+    assert (tmp_path / "out" / "ttft-cold.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.timeout(90)
+def test_errors_are_counted_and_the_statistics_cover_the_successes(tmp_path):
+    with Sim(serverless("flaky", "fast", seed=3, error_rate=0.5)) as flaky:
+        config = write_config(tmp_path / "p.yaml", {"flaky": flaky})
+        done = probe(config, tmp_path / "out", "--requests", "40", "--warmup", "0", "--html")
+    assert done.returncode == 0, done.stderr
+    (summary,) = orjson.loads((tmp_path / "out" / "probe.json").read_bytes())["endpoints"]
+    assert summary["requests"] == 40
+    assert 10 <= summary["errors"] <= 30 and summary["n"] == 40 - summary["errors"]
+    assert summary["statistics_over"] == "successful requests"
+    assert summary["verdict"] == "too few samples (< 75)"
+    assert "<img" in (tmp_path / "out" / "probe.html").read_text()
+
+
+def test_the_probe_asks_first_and_refuses_bad_arguments(tmp_path):
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        "auth: {allow_anonymous: true}\nmodels:\n  m:\n    serverless: [{name: nowhere, "
+        "base_url: 'http://127.0.0.1:9/v1', model: x, usd_per_mtok_in: 1, usd_per_mtok_out: 1}]\n"
+    )
+    unconfirmed = run_cli("probe", "--config", str(config))  # stdin is not a terminal
+    assert unconfirmed.returncode == 2 and "--yes" in unconfirmed.stderr
+    assert "at most $" in unconfirmed.stdout  # the plan and its cost come first
+    bad = run_cli("probe", "--config", str(config), "--requests", "0", "--yes")
+    assert bad.returncode == 2 and "--requests" in bad.stderr
+    unknown = run_cli("probe", "--config", str(config), "--endpoint", "other", "--yes")
+    assert unknown.returncode != 0 and "other" in unknown.stderr
+
+
+@pytest.mark.timeout(120)
+def test_apply_sets_a_running_gateways_serverless_order_and_compare_reads_two_runs(tmp_path):
+    slow = SimProfile(
+        kind=Kind.SERVERLESS, name="slow", ttft=TtftDistribution(0.2, 0.05), seed=1, serverless_itl_s=0.001
+    )
+    fast = SimProfile(
+        kind=Kind.SERVERLESS, name="fast", ttft=TtftDistribution(0.01, 0.05), seed=2, serverless_itl_s=0.001
+    )
+    with Sim(slow) as s, Sim(fast) as f:
+        config = write_config(tmp_path / "g.yaml", {"slow": s, "fast": f}, fastest=True, admin=True)
+        with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
+            admin = {"authorization": "Bearer probe-admin"}
+            before = httpx.get(gw.root + "/admin/models/m", headers=admin).json()
+            done = probe(
+                config,
+                tmp_path / "a",
+                "--requests",
+                "10",
+                "--warmup",
+                "1",
+                "--apply",
+                gw.root,
+                "--admin-key",
+                "probe-admin",
+            )
+            after = httpx.get(gw.root + "/admin/models/m", headers=admin).json()
+        again = probe(config, tmp_path / "b", "--requests", "10", "--warmup", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert before["serverless_order"] == ["slow", "fast"] and before["probe"] is None
+    assert after["serverless_order"] == ["fast", "slow"]
+    assert [e["endpoint"] for e in after["probe"]["ranking"]] == ["fast", "slow"]
+    assert again.returncode == 0
+    compared = run_cli("probe", "--compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert compared.returncode == 0 and "fast" in compared.stdout and "slow" in compared.stdout
