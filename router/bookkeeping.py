@@ -128,6 +128,12 @@ class Books:
         cost = _token_cost(target, measures)
         if self._recording:
             self._count(job, target, status, measures, outcome, ok=ok, cost=cost)
+            if target is not None and status < 400:  # the traffic shape's token distributions
+                route = route_key(job.facts.request.model, target.name)
+                if measures.input_tokens:
+                    self._store.observe(route, Metric.TOKENS_IN, measures.input_tokens)
+                if measures.output_tokens:
+                    self._store.observe(route, Metric.TOKENS_OUT, measures.output_tokens)
             if self._ledger is not None:
                 route = route_key(job.facts.request.model, target.name if target else "-")
                 self._ledger.settle_later(job.facts.task_id, job.facts.request_id, route, ok)

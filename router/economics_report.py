@@ -15,7 +15,7 @@ from policies.types import Snapshot, route_key
 from router.config import DedicatedEndpoint, GatewayConfig
 from router.report import Windows, routes_report
 from router.shape import shapes
-from router.state.latency import MAPPING, Counts, Metric
+from router.state.latency import MAPPING, Counts, Histogram, Metric
 
 _SERIES_FIELDS = ("requests", "errors", "busy_ms", "cost_usd", "tasks", "tasks_ok", "tokens_in", "tokens_out")
 
@@ -42,7 +42,16 @@ async def economics_report(
         )
         for name in names
     }
+    tokens = {
+        m: await store.latency_window(routes, m, window_s) for m in (Metric.TOKENS_IN, Metric.TOKENS_OUT)
+    }
     for name, shape in shapes(inputs, step).items():
+        shape["token_distribution"] = {
+            side: _distribution(
+                tokens[metric], [route_key(name, e.name) for e in config.models[name].endpoints]
+            )
+            for side, metric in (("input", Metric.TOKENS_IN), ("output", Metric.TOKENS_OUT))
+        }
         report["models"][name]["traffic_shape"] = shape
     report["series"] = {
         "slice_s": step,
@@ -62,6 +71,23 @@ async def economics_report(
         route_key(name, e.name): _endpoint_facts(e) for name in names for e in config.models[name].endpoints
     }
     return report
+
+
+def _distribution(histograms: dict[str, Histogram], routes: list[str]) -> dict[str, Any] | None:
+    """Tokens per served answer over the model's routes: p50, p95, p99, mean (1% sketch)."""
+    merged = Histogram()
+    for route in routes:
+        merged.merge(histograms.get(route, Histogram()))
+    figures = merged.figures()
+    if figures is None:
+        return None
+    return {
+        "answers": figures.samples,
+        "p50": round(figures.p50),
+        "p95": round(figures.p95),
+        "p99": round(figures.p99),
+        "mean": round(figures.mean, 1),
+    }
 
 
 def _endpoint_facts(endpoint: Any) -> dict[str, Any]:

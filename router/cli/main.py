@@ -256,6 +256,8 @@ def _probe(args: argparse.Namespace) -> int:
         console.print(f"results: {target}")
         if args.apply and not _apply_probe(args, found, console):
             return 1
+        if every is not None:
+            console.print(probe_cli.hours_table(out) or "")  # every run so far: peak against off-peak
         if every is not None and run_index < runs - 1:
             time.sleep(max(0.0, every[0] - (time.monotonic() - started)))
     return 0

@@ -425,3 +425,32 @@ def add_parser(commands: Any, run: Callable[[argparse.Namespace], int], admin_ke
     probe.add_argument("--admin-key", default=admin_key, help="for --apply (env TIDEGATE_ADMIN_KEY)")
     probe.add_argument("--compare", nargs=2, type=Path, metavar="DIR", help="compare two probe runs")
     probe.set_defaults(run=run)
+
+
+def hours_table(out: Path) -> Table | None:
+    """Every scheduled run in `out` so far, per endpoint and UTC hour of day: n, median and p95
+    TTFT side by side, so peak and off-peak can be read against each other. Also written as
+    `out/by-hour.json`."""
+    results: dict[str, list[ProbeResult]] = {}
+    for lines in sorted(out.glob("run-*/requests.jsonl")):
+        for line in lines.read_bytes().splitlines():
+            found = orjson.loads(line)
+            results.setdefault(found["endpoint"], []).append(ProbeResult(**found))
+    if not results:
+        return None
+    hours = {name: by_hour(rs) for name, rs in results.items()}
+    (out / "by-hour.json").write_bytes(orjson.dumps(hours, option=orjson.OPT_INDENT_2))
+    t = Table(
+        title=f"TTFT (ms) by UTC hour of day over {len(list(out.glob('run-*')))} run(s): n / median / p95"
+    )
+    t.add_column("hour")
+    names = sorted(hours)
+    for name in names:
+        t.add_column(name, justify="right")
+    for hour in sorted({h for per in hours.values() for h in per}):
+        cells = []
+        for name in names:
+            cell = hours[name].get(hour)
+            cells.append(f"{cell['n']} / {_ms(cell['median'])} / {_ms(cell['p95'])}" if cell else "-")
+        t.add_row(hour, *cells)
+    return t

@@ -70,6 +70,13 @@ def render_tables(report: dict[str, Any]) -> Group:
                 f"{shape['dedicated_capacity']}); {shape['zero_traffic_percent']}% of slices idle; "
                 f"{shape['bursts']['count']} burst(s)"
             )
+            tokens = shape.get("token_distribution") or {}
+            if tokens.get("input") and tokens.get("output"):
+                i, o = tokens["input"], tokens["output"]
+                parts.append(
+                    f"tokens per answer: input p50 {i['p50']} / p95 {i['p95']}, "
+                    f"output p50 {o['p50']} / p95 {o['p95']}"
+                )
         for line in economics["recommendation"]:
             parts.append(f"[bold]→[/] {line}")
         parts.append("")

@@ -38,6 +38,8 @@ class Metric(StrEnum):
     E2E = "e2e"  # attempt sent -> last byte (successful answers)
     ITL = "itl"  # mean gap between output events of one stream
     QUEUE = "queue"  # time a request waited in line for a dedicated slot (when it waited)
+    TOKENS_IN = "tok_in"  # a served answer's input tokens (not a time: a count, same sketch)
+    TOKENS_OUT = "tok_out"  # ... and output tokens
 
 
 def slice_of(wall_s: float, step_s: int = SLICE_S) -> int:

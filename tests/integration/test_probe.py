@@ -159,3 +159,18 @@ def test_apply_sets_a_running_gateways_serverless_order_and_compare_reads_two_ru
     assert again.returncode == 0
     compared = run_cli("probe", "--compare", str(tmp_path / "a"), str(tmp_path / "b"))
     assert compared.returncode == 0 and "fast" in compared.stdout and "slow" in compared.stdout
+
+
+@pytest.mark.timeout(90)
+def test_a_schedule_repeats_the_probe_and_sets_the_hours_side_by_side(tmp_path):
+    with Sim(serverless("steady", "fast", seed=2)) as steady:
+        config = write_config(tmp_path / "p.yaml", {"steady": steady})
+        done = probe(
+            config, tmp_path / "out", "--requests", "5", "--warmup", "1", "--every", "2s", "--for", "4s"
+        )
+    assert done.returncode == 0, done.stderr
+    runs = sorted((tmp_path / "out").glob("run-*"))
+    assert len(runs) == 2 and all((r / "probe.json").exists() for r in runs)
+    hours = orjson.loads((tmp_path / "out" / "by-hour.json").read_bytes())
+    assert sum(cell["n"] for cell in hours["steady"].values()) == 10  # both runs, warm-ups left out
+    assert "hour" in done.stdout and "10 / " in done.stdout  # the side-by-side table, both runs

@@ -46,6 +46,9 @@ def test_report_after_demo_traffic(tmp_path):
     assert economics["blended"]["tasks"] == 6
     assert economics["routes"]["sim-dedicated"]["cost_usd"] > 0  # provisioned time is paid, busy or idle
     assert found["models"]["demo-model"]["traffic_shape"]["requests"] == 6
+    tokens = found["models"]["demo-model"]["traffic_shape"]["token_distribution"]
+    assert tokens["output"]["answers"] == 6 and tokens["output"]["p50"] > 0
+    assert tokens["input"]["p95"] >= tokens["input"]["p50"] > 0
     assert page.returncode == 0, page.stderr
     for name in ("concurrency", "cost", "ttft", "utilization"):
         assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG"), name
