@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from router.state.latency import Counts
 log = logging.getLogger("tidegate")
 
 _MAX_PENDING = 10_000
+_WARN_EVERY_S = 30.0
 _BATCH = 256
 
 
@@ -101,6 +103,7 @@ class TaskLedger:
         self._idle.set()
         self._runner: asyncio.Task[None] | None = None
         self.untracked = 0  # requests counted as tasks of their own (queue full, store away)
+        self._warned_at = -_WARN_EVERY_S
 
     def settle_later(self, task: str, request: str, route: str, ok: bool) -> None:
         if len(self._pending) >= _MAX_PENDING:
@@ -167,8 +170,19 @@ class TaskLedger:
             else:
                 if not isinstance(state, Exception):
                     raise state
-                log.warning("task %s not settled in the store (%s): counted on its own", item.task, state)
+                self._warn(state)
                 self._count_alone(item.route, item.ok)
+
+    def _warn(self, error: Exception) -> None:
+        """One line per _WARN_EVERY_S while the store fails, not one per request."""
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY_S:
+            self._warned_at = now
+            log.warning(
+                "tasks not settled in the store (%s): each counted as a task of its own; %d so far",
+                error,
+                self.untracked + 1,
+            )
 
     def _tell(self, route: str, result: str) -> None:
         if self._on_settled is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -420,3 +421,23 @@ def test_the_memory_store_tracks_at_most_max_tasks():
 
     assert asyncio.run(fill()) == TaskState()
     assert len(store._tasks) <= 1000
+
+
+async def test_tasks_still_count_while_redis_is_away_and_say_so_once(caplog):
+    from router.tasks import TaskLedger  # noqa: PLC0415
+
+    store = RedisStore("redis://127.0.0.1:1/0", ["p"], routes=["m/a"])  # nothing listens there
+    ledger = TaskLedger(store, ttl_s=60)
+    ledger.start()
+    try:
+        for i in range(20):
+            ledger.settle_later(f"t{i}", f"r{i}", "m/a", ok=i % 2 == 0)
+        await asyncio.wait_for(ledger.drained(), 30)
+        counted = store._counts.window("m/a", time.time(), 60)
+    finally:
+        await ledger.close()
+        await store.close()
+    assert ledger.untracked == 20
+    assert counted == {"tasks": 20, "tasks_ok": 10}
+    warnings = [r for r in caplog.records if "not settled in the store" in r.getMessage()]
+    assert len(warnings) == 1
