@@ -95,60 +95,42 @@ def _ratio(
     return Check(check, PASS if ok else FAIL, dedicated, serverless, limit)
 
 
+def _ceiling(check: str, value: float | None, limit: float) -> Check:
+    result = NO_DATA if value is None else PASS if value <= limit else FAIL
+    return Check(check, result, value, None, limit)
+
+
 def analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples: int) -> Analysis:
     """Every configured check; FAIL if any failed, else INCONCLUSIVE when a side has fewer
     than `min_samples` requests or a check had no data, else PASS. A failure on thin data
     still counts: a dedicated side erroring on its few requests is not a reason to wait."""
-    results: list[Check] = []
-    if checks.ttft_p95_max_ratio is not None:
-        results.append(
-            _ratio(
-                "ttft_p95_ratio",
-                dedicated.ttft_p95_ms,
-                serverless.ttft_p95_ms,
-                checks.ttft_p95_max_ratio,
-                at_most=True,
-            )
-        )
-    if checks.ttft_p95_max_ms is not None:
-        value = dedicated.ttft_p95_ms
-        result = NO_DATA if value is None else PASS if value <= checks.ttft_p95_max_ms else FAIL
-        results.append(Check("ttft_p95_ms", result, value, None, checks.ttft_p95_max_ms))
-    if checks.itl_p50_max_ratio is not None:
-        results.append(
-            _ratio(
-                "itl_p50_ratio",
-                dedicated.itl_p50_ms,
-                serverless.itl_p50_ms,
-                checks.itl_p50_max_ratio,
-                at_most=True,
-            )
-        )
-    if checks.error_rate_max_percent is not None:
-        rate = dedicated.error_rate
-        percent = None if rate is None else rate * 100
-        result = NO_DATA if percent is None else PASS if percent <= checks.error_rate_max_percent else FAIL
-        results.append(Check("error_rate_percent", result, percent, None, checks.error_rate_max_percent))
-    if checks.success_rate_min_ratio is not None:
-        results.append(
-            _ratio(
-                "success_rate_ratio",
-                dedicated.success_rate,
-                serverless.success_rate,
-                checks.success_rate_min_ratio,
-                at_most=False,
-            )
-        )
-    if checks.cost_per_success_max_ratio is not None:
-        results.append(
-            _ratio(
-                "cost_per_success_ratio",
-                dedicated.cost_per_success,
-                serverless.cost_per_success,
-                checks.cost_per_success_max_ratio,
-                at_most=True,
-            )
-        )
+    ratios = (  # (check, dedicated, serverless, limit, the ratio must be at most the limit)
+        ("ttft_p95_ratio", dedicated.ttft_p95_ms, serverless.ttft_p95_ms, checks.ttft_p95_max_ratio, True),
+        ("itl_p50_ratio", dedicated.itl_p50_ms, serverless.itl_p50_ms, checks.itl_p50_max_ratio, True),
+        (
+            "success_rate_ratio",
+            dedicated.success_rate,
+            serverless.success_rate,
+            checks.success_rate_min_ratio,
+            False,
+        ),
+        (
+            "cost_per_success_ratio",
+            dedicated.cost_per_success,
+            serverless.cost_per_success,
+            checks.cost_per_success_max_ratio,
+            True,
+        ),
+    )
+    error_percent = None if dedicated.error_rate is None else dedicated.error_rate * 100
+    absolutes = (  # (check, dedicated's figure, its ceiling)
+        ("ttft_p95_ms", dedicated.ttft_p95_ms, checks.ttft_p95_max_ms),
+        ("error_rate_percent", error_percent, checks.error_rate_max_percent),
+    )
+    results = [
+        _ratio(name, d, sl, limit, at_most=most) for name, d, sl, limit, most in ratios if limit is not None
+    ]
+    results += [_ceiling(name, value, limit) for name, value, limit in absolutes if limit is not None]
     failed = [c.name for c in results if c.result == FAIL]
     thin = [
         name

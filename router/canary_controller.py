@@ -40,6 +40,7 @@ from router.config import CanaryControllerConfig, GatewayConfig, ModelConfig
 from router.costs import schedule_of
 from router.economics import provisioned_cost_usd, replica_seconds
 from router.errors import ClientError, StoreUnavailable
+from router.periodic import stop
 from router.state.latency import Counts, Histogram, Metric, add_counts
 
 log = logging.getLogger("tidegate")
@@ -138,11 +139,8 @@ class CanaryController:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await stop(self._task, self._stop)
+        self._task = None
         if self.leading:
             with contextlib.suppress(StoreUnavailable, OSError):
                 await self._store.resign(self.token)

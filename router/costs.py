@@ -32,7 +32,7 @@ from router.economics import (
     token_cost_usd,
 )
 from router.errors import StoreUnavailable
-from router.periodic import every
+from router.periodic import every, stop
 from router.state.latency import Counts
 
 TARGET_UTILIZATION = 0.7  # sizing all-dedicated: replicas so the mean load is at most this busy
@@ -292,8 +292,5 @@ class EconomicsGauges:
             )
 
     async def close(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await stop(self._task, self._stop)
+        self._task = None

@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from router.auth import ApiKeys
 from router.errors import InvalidRequest, PayloadTooLarge
+from router.openai import json_object
 from router.tasks import TaskLedger
 
 log = logging.getLogger("tidegate")
@@ -65,12 +66,7 @@ async def _bounded_body(request: Request) -> bytes:
 
 def _parse(body: bytes) -> tuple[str, str, bool, str | None]:
     """(the store key, its name for the log, success, reason); InvalidRequest otherwise."""
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"feedback body is not valid JSON: {exc}") from exc
-    if not isinstance(payload, dict):
-        raise InvalidRequest("feedback body must be a JSON object")
+    payload = json_object(body, "feedback body")
     unknown = set(payload) - {"request_id", "task_id", "success", "reason"}
     if unknown:
         raise InvalidRequest(f"unknown feedback field: {sorted(unknown)[0]}", param=sorted(unknown)[0])

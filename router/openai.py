@@ -52,14 +52,20 @@ class RequestPeek:
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
-def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> RequestPeek:
-    """Parse a JSON request body; raise InvalidRequest for anything routing cannot use."""
+def json_object(body: bytes, what: str = "request body") -> dict[str, Any]:
+    """`body` parsed as a JSON object; InvalidRequest (400) for anything else."""
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+        raise InvalidRequest(f"{what} is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
-        raise InvalidRequest("request body must be a JSON object")
+        raise InvalidRequest(f"{what} must be a JSON object")
+    return payload
+
+
+def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> RequestPeek:
+    """Parse a JSON request body; raise InvalidRequest for anything routing cannot use."""
+    payload = json_object(body)
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("you must provide a model parameter", param="model")

@@ -29,3 +29,11 @@ async def every(
             log.warning("background %s failed: %s", getattr(step, "__name__", step), exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
+
+
+async def stop(task: asyncio.Task[None] | None, stop_event: asyncio.Event) -> None:
+    """End a loop started with `every` (or any task): signal it, cancel it, wait for it."""
+    stop_event.set()
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -149,20 +149,23 @@ def _canary_set(args: argparse.Namespace) -> int:
 
 
 def _canary_status(args: argparse.Namespace) -> int:
-    console = Console()
-
     def fetch() -> Group:
         return render_status(
             call_admin("GET", args.url, f"/admin/models/{args.model}/canary", args.admin_key)
         )
 
+    return _show(fetch, Console(), watch=args.watch, every_s=args.every)
+
+
+def _show(fetch: Callable[[], Group], console: Console, *, watch: bool, every_s: float) -> int:
+    """Print `fetch()` once, or keep it live (refreshed every `every_s`) until Ctrl-C."""
     try:
-        if not args.watch:
+        if not watch:
             console.print(fetch())
             return 0
         with Live(fetch(), console=console, refresh_per_second=4) as live:
             while True:
-                time.sleep(args.every)
+                time.sleep(every_s)
                 live.update(fetch())
     except AdminCallFailed as exc:
         print(exc, file=sys.stderr)
@@ -199,19 +202,7 @@ def _stats(args: argparse.Namespace) -> int:
     def fetch() -> Group:
         return render(call_admin("GET", args.url, f"/admin/routes?window={args.window}", args.admin_key))
 
-    try:
-        if not args.watch:
-            console.print(fetch())
-            return 0
-        with Live(fetch(), console=console, refresh_per_second=4) as live:
-            while True:
-                time.sleep(args.every)
-                live.update(fetch())
-    except AdminCallFailed as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
+    return _show(fetch, console, watch=args.watch, every_s=args.every)
 
 
 def _probe(args: argparse.Namespace) -> int:

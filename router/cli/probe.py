@@ -97,62 +97,39 @@ def probe_once(
     started_wall, started = time.time(), time.perf_counter()
     first = last = None
     events, tokens, status = 0, None, None
+
+    def result(error: str | None, ttft: float | None = None, itl: float | None = None) -> ProbeResult:
+        e2e = (time.perf_counter() - started) * 1000 if error is None else None
+        count = (tokens if tokens is not None else events) if error is None else None
+        return ProbeResult(endpoint.name, index, started_wall, warmup, status, error, ttft, itl, e2e, count)
+
+    url = endpoint.base_url.rstrip("/") + "/chat/completions"
     try:
-        with client.stream(
-            "POST", endpoint.base_url.rstrip("/") + "/chat/completions", json=body, headers=headers
-        ) as answer:
+        with client.stream("POST", url, json=body, headers=headers) as answer:
             status = answer.status_code
             if status != 200:
                 answer.read()
-                return ProbeResult(
-                    endpoint.name,
-                    index,
-                    started_wall,
-                    warmup,
-                    status,
-                    f"http_{status}",
-                    None,
-                    None,
-                    None,
-                    None,
-                )
+                return result(f"http_{status}")
             for line in answer.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
+                data = line[5:].strip() if line.startswith("data:") else ""
                 if data == "[DONE]":
                     break
+                if not data:
+                    continue
                 chunk = orjson.loads(data)
                 usage = chunk.get("usage")
                 if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
                     tokens = usage["completion_tokens"]
                 if any(_has_output(c) for c in chunk.get("choices") or ()):
-                    now = time.perf_counter()
-                    first = first or now
-                    last = now
+                    last = time.perf_counter()
+                    first = first or last
                     events += 1
     except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
-        return ProbeResult(
-            endpoint.name, index, started_wall, warmup, status, type(exc).__name__, None, None, None, None
-        )
-    ended = time.perf_counter()
-    if first is None:
-        return ProbeResult(
-            endpoint.name, index, started_wall, warmup, status, "no_output", None, None, None, None
-        )
-    itl = (last - first) * 1000 / (events - 1) if last is not None and events > 1 else None
-    return ProbeResult(
-        endpoint.name,
-        index,
-        started_wall,
-        warmup,
-        status,
-        None,
-        (first - started) * 1000,
-        itl,
-        (ended - started) * 1000,
-        tokens if tokens is not None else events,
-    )
+        return result(type(exc).__name__)
+    if first is None or last is None:
+        return result("no_output")
+    itl = (last - first) * 1000 / (events - 1) if events > 1 else None
+    return result(None, (first - started) * 1000, itl)
 
 
 def _has_output(choice: Any) -> bool:
