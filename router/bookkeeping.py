@@ -158,6 +158,7 @@ class Books:
                 task_id=job.facts.task_id if job.facts.task_id != job.facts.request_id else None,
                 success=ok,
                 cost_usd=cost,
+                at=time.time(),
             )
         )
 

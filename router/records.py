@@ -73,6 +73,7 @@ class RequestRecord:
     task_id: str | None = None  # the client's x-tidegate-task-id, when it sent one
     success: bool | None = None  # served, complete and passing the automatic checks (router/success.py)
     cost_usd: float = 0.0  # serverless: its tokens at the endpoint's prices (dedicated: priced by time)
+    at: float | None = None  # wall-clock time it was recorded (Unix s): the access log replays as a trace
 
 
 @dataclass(slots=True)

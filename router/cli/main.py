@@ -23,6 +23,7 @@ from rich.live import Live
 
 from router.app import build_policies, create_app
 from router.cli import probe as probe_cli
+from router.cli import replay as replay_cli
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.canary import render_plan, render_status
 from router.cli.serving import Served, bind, configure_logging, run, run_workers, startup_failed
@@ -104,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     stats.set_defaults(run=_stats)
 
     probe_cli.add_parser(commands, _probe, os.environ.get("TIDEGATE_ADMIN_KEY", ""))
+    replay_cli.add_parser(commands)
 
     report = commands.add_parser(
         "report",

@@ -3,6 +3,9 @@
 Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses;
 GET /v1/models; GET /sim/stats (JSON counters); PUT /sim/config (change faults, slowdown
 and other knobs at run time, JSON merged into the profile); GET /metrics (vLLM-style gauges).
+A generation request may carry `x-sim-prompt-tokens` and `x-sim-output-tokens` (what
+`tidegate replay` sends for a trace row): the prompt is counted as that many tokens, and the
+answer is that long and ends with `stop`.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import dataclasses
 import statistics
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -74,8 +78,12 @@ def _generation(state: SimState, kind: str) -> Any:
         if failure is not None:
             return failure
         model = str(payload.get("model", state.profile.name))
-        choices = answers.plan(payload, state.profile, state.engine.rng)
-        n_in = _input_tokens(payload)
+        profile = state.profile
+        wanted_out = _header_tokens(request, "x-sim-output-tokens")
+        if wanted_out is not None:  # a replayed trace row: its answer length, ending with `stop`
+            profile = replace(profile, default_output_tokens=wanted_out, answer_tokens_p50=None)
+        choices = answers.plan(payload, profile, state.engine.rng)
+        n_in = _header_tokens(request, "x-sim-prompt-tokens") or _input_tokens(payload)
         n_out = sum(c.tokens for c in choices)
         logprobs = _logprobs(payload, kind)
         if payload.get("stream") is True:
@@ -199,6 +207,14 @@ async def _inject(state: SimState) -> Response | None:
 
 def _error(status: int, message: str, kind: str) -> Response:
     return Response(error_body(message, kind, None, None), status_code=status, media_type=_JSON)
+
+
+def _header_tokens(request: Request, name: str) -> int | None:
+    """A token count a replay sends instead of a real prompt or answer (1 .. 1,000,000)."""
+    value = request.headers.get(name)
+    if value is None or not value.isdigit():
+        return None
+    return min(max(int(value), 1), 1_000_000)
 
 
 def _input_tokens(payload: dict[str, Any]) -> int:
