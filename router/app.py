@@ -169,7 +169,7 @@ def create_app(
         app.lean["/v1" + path] = endpoint
         app.router.routes.append(Route("/v1" + path, endpoint, methods=["POST"]))  # other methods: 405
     app.router.routes.extend(api.models_routes(config, keys))
-    app.router.routes.append(feedback_route(ledger, keys))
+    app.router.routes.append(feedback_route(ledger, keys, config.limits.body_timeout_s))
     app.router.routes.extend(api.health_routes(store))
     app.router.routes.append(api.metrics_route(telemetry.registry))
     app.include_router(admin_router(config, store, signals, controller))

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from router.config import CanaryChecks
+from router.economics import per_success
 
 PASS, FAIL, NO_DATA = "pass", "fail", "no_data"
 
@@ -44,7 +45,7 @@ class Side:
 
     @property
     def cost_per_success(self) -> float | None:
-        return self.cost_usd / self.successful_tasks if self.successful_tasks > 0 else None
+        return per_success(self.cost_usd, self.successful_tasks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +138,7 @@ def analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples
         for name, side in (("dedicated", dedicated), ("serverless", serverless))
         if side.requests < min_samples
     ]
-    if failed and not (thin and all(_latency_only(name) for name in failed)):
+    if failed and not (thin and all(_noise_on_thin_data(name) for name in failed)):
         return Analysis(Verdict.FAIL, "failed: " + ", ".join(failed), dedicated, serverless, tuple(results))
     if thin:
         reason = " and ".join(
@@ -158,8 +159,8 @@ def analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples
     return Analysis(Verdict.PASS, "every check passed", dedicated, serverless, tuple(results))
 
 
-def _latency_only(check: str) -> bool:
-    """Latency ratios on thin data are noise; errors on thin data are still errors."""
+def _noise_on_thin_data(check: str) -> bool:
+    """Latency, success and cost ratios on thin data are noise; errors on thin data are errors."""
     return check in (
         "ttft_p95_ratio",
         "itl_p50_ratio",

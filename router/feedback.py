@@ -21,8 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from router.api import read_body
 from router.auth import ApiKeys
-from router.errors import InvalidRequest, PayloadTooLarge
+from router.errors import InvalidRequest
 from router.openai import json_object
 from router.tasks import TaskLedger
 
@@ -34,10 +35,10 @@ _REQUEST_ID = re.compile(r"^req_[0-9a-f]{24}$")
 _TASK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-def feedback_route(ledger: TaskLedger, keys: ApiKeys) -> Route:
+def feedback_route(ledger: TaskLedger, keys: ApiKeys, body_timeout_s: float) -> Route:
     async def feedback(request: Request) -> Response:
         keys.check(request)
-        body = await _bounded_body(request)
+        body = await read_body(request, MAX_FEEDBACK_BYTES, body_timeout_s)
         key, shown, success, reason = _parse(body)
         task, applied = await ledger.feedback(key, success)
         if not success:
@@ -52,16 +53,6 @@ def feedback_route(ledger: TaskLedger, keys: ApiKeys) -> Route:
         return Response(orjson.dumps(answer), media_type="application/json")
 
     return Route("/v1/feedback", feedback, methods=["POST"])
-
-
-async def _bounded_body(request: Request) -> bytes:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_FEEDBACK_BYTES:
-            raise PayloadTooLarge(f"feedback bodies are limited to {MAX_FEEDBACK_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _parse(body: bytes) -> tuple[str, str, bool, str | None]:

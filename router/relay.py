@@ -218,17 +218,13 @@ def error_event(exc: GatewayError) -> bytes:
     return b"event: error\ndata: " + body + _EVENT_END
 
 
-def usage_of_body(body: bytes) -> Usage | None:
-    """Usage from a non-stream JSON answer (chat, completions, embeddings, responses)."""
-    return _usage_of(_loads(body))
-
-
 def parsed_body(body: bytes) -> Any:
     """A JSON answer parsed (None when it is not JSON)."""
     return _loads(body)
 
 
 def usage_of(parsed: Any) -> Usage | None:
+    """Usage from a parsed non-stream answer (chat, completions, embeddings, responses)."""
     return _usage_of(parsed)
 
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from router.probe import percentile
+
 FORMATS = ("azure", "mooncake", "access-log")
 
 
@@ -130,13 +132,8 @@ def per_minute(arrivals: Iterable[Arrival], minutes: int) -> list[int]:
     return counts
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    return percentile(values, q) if values else None
 
 
 SPILL_REASONS = frozenset({"saturated", "slo_breach", "canary_out", "circuit_open", "failover"})
@@ -154,8 +151,8 @@ def summary(records: Sequence[dict[str, Any]], slo_ttft_ms: float, lag_p99_ms: f
     for r in ok:
         if r.get("ttft_ms") is not None:
             minutes.setdefault(int(r["at_s"] // 60), []).append(r["ttft_ms"])
-    worst = max(minutes.items(), key=lambda m: percentile(m[1], 95) or 0.0, default=None)
-    lag_p99 = percentile(lags, 99) or 0.0
+    worst = max(minutes.items(), key=lambda m: _percentile(m[1], 95) or 0.0, default=None)
+    lag_p99 = _percentile(lags, 99) or 0.0
     routes: dict[str, int] = {}
     for r in ok:
         routes[r.get("route") or "-"] = routes.get(r.get("route") or "-", 0) + 1
@@ -169,12 +166,12 @@ def summary(records: Sequence[dict[str, Any]], slo_ttft_ms: float, lag_p99_ms: f
         "slo_ttft_ms": slo_ttft_ms,
         "slo_attainment": round(len(within) / len(records), 4) if records else None,
         "ttft_ms": {
-            "p50": _round(percentile(ttft, 50)),
-            "p95": _round(percentile(ttft, 95)),
-            "p99": _round(percentile(ttft, 99)),
+            "p50": _round(_percentile(ttft, 50)),
+            "p95": _round(_percentile(ttft, 95)),
+            "p99": _round(_percentile(ttft, 99)),
             "worst_minute": None
             if worst is None
-            else {"minute": worst[0], "p95": _round(percentile(worst[1], 95))},
+            else {"minute": worst[0], "p95": _round(_percentile(worst[1], 95))},
         },
         "spill_share": round(spilled / len(ok), 4) if ok else None,
         "routes": routes,
