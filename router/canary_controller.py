@@ -37,8 +37,7 @@ from prometheus_client.registry import Collector
 from policies.types import Snapshot, route_key
 from router.canary_analysis import Analysis, Side, Verdict, analyse
 from router.config import CanaryControllerConfig, GatewayConfig, ModelConfig
-from router.costs import schedule_of
-from router.economics import provisioned_cost_usd, replica_seconds
+from router.costs import provisioned
 from router.errors import ClientError, StoreUnavailable
 from router.periodic import stop
 from router.state.latency import Counts, Histogram, Metric, add_counts
@@ -246,12 +245,7 @@ class CanaryController:
         ttft = await self._store.latency_window(routes, Metric.TTFT, window)
         itl = await self._store.latency_window(routes, Metric.ITL, window)
         now = time.time()
-        ded_cost = sum(
-            provisioned_cost_usd(
-                e.gpus, e.gpu_hour_usd, replica_seconds(now - window, now, e.replicas, schedule_of(e))
-            )
-            for e in config.dedicated
-        )
+        ded_cost = sum(provisioned(e, now - window, now).cost_usd for e in config.dedicated)
         return analyse(
             _side(dedicated, counts, ttft, itl, cost=ded_cost),
             _side(serverless, counts, ttft, itl, cost=None),

@@ -179,7 +179,9 @@ class DedicatedEndpoint(EndpointConfig):
     engine_signal: EngineSignalConfig | None = None
     gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0  # per GPU: the endpoint costs gpus x this x replicas
     gpus: Annotated[int, Field(gt=0)] = 1  # per replica
-    replicas: Annotated[float, Field(ge=0)] = 1.0  # provisioned outside the schedule's windows
+    # provisioned outside the schedule's windows; max_concurrency is the slots at this count
+    # (one replica's when 0), so a schedule scales the slots with the replicas (router/costs.py)
+    replicas: Annotated[float, Field(ge=0)] = 1.0
     schedule: tuple[ScheduleEntry, ...] = ()  # other replica counts at fixed times of day (UTC)
 
     @model_validator(mode="after")

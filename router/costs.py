@@ -49,6 +49,28 @@ def schedule_of(endpoint: DedicatedEndpoint) -> list[ScheduledReplicas]:
     ]
 
 
+def slots_per_replica(endpoint: DedicatedEndpoint) -> float:
+    """`max_concurrency` is the endpoint's slots at its base replica count (one replica's with a
+    base of 0), so a schedule that changes the count scales the slots with it."""
+    return endpoint.max_concurrency / endpoint.replicas if endpoint.replicas > 0 else endpoint.max_concurrency
+
+
+@dataclass(frozen=True, slots=True)
+class Provisioned:
+    """What a dedicated endpoint had in force over a window: replica-seconds, their price and
+    the slot-seconds they offered (the denominator of utilization)."""
+
+    replica_s: float
+    cost_usd: float
+    capacity_s: float
+
+
+def provisioned(endpoint: DedicatedEndpoint, start_wall: float, end_wall: float) -> Provisioned:
+    replica_s = replica_seconds(start_wall, end_wall, endpoint.replicas, schedule_of(endpoint))
+    cost = provisioned_cost_usd(endpoint.gpus, endpoint.gpu_hour_usd, replica_s)
+    return Provisioned(replica_s, cost, slots_per_replica(endpoint) * replica_s)
+
+
 @dataclass(frozen=True, slots=True)
 class Span:
     """The window as wall-clock Unix seconds."""
@@ -74,17 +96,14 @@ def route_costs(endpoint: DedicatedEndpoint | ServerlessEndpoint, c: Counts, spa
         "feedback_failed": int(c.get("feedback_failed", 0)),
     }
     if isinstance(endpoint, DedicatedEndpoint):
-        replica_s = replica_seconds(span.start, span.end, endpoint.replicas, schedule_of(endpoint))
-        cost = provisioned_cost_usd(endpoint.gpus, endpoint.gpu_hour_usd, replica_s)
-        # max_concurrency is the endpoint's slots at its base replica count; a schedule scales it
-        scale = replica_s / endpoint.replicas if endpoint.replicas > 0 else span.seconds
-        capacity_s = endpoint.max_concurrency * scale
+        paid = provisioned(endpoint, span.start, span.end)
+        cost, capacity_s = paid.cost_usd, paid.capacity_s
         busy_s = c.get("busy_ms", 0.0) / 1000
         utilization = busy_s / capacity_s if capacity_s > 0 else 0.0
         wasted_s = c.get("wasted_busy_ms", 0.0) / 1000
         entry |= {
             "cost_usd": _usd(cost),
-            "replica_hours": round(replica_s / 3600, 4),
+            "replica_hours": round(paid.replica_s / 3600, 4),
             "utilization": round(utilization, 4),
             "idle_cost_usd": _usd(cost * max(0.0, 1 - utilization)),
             "wasted_usd": _usd(cost * wasted_s / capacity_s if capacity_s > 0 else 0.0),
@@ -246,20 +265,17 @@ async def dedicated_gauges(
             )
     gauges: dict[str, dict[str, float]] = {}
     for pool, endpoint in endpoints.items():
-        schedule = schedule_of(endpoint)
-        replica_s = replica_seconds(wall - window_s, wall, endpoint.replicas, schedule)
-        slots_per_replica = endpoint.max_concurrency / max(endpoint.replicas, 1.0)
-        capacity_s = slots_per_replica * replica_s
+        capacity_s = provisioned(endpoint, wall - window_s, wall).capacity_s
         busy = sum(
             counts.get(route_key(name, pool), {}).get("busy_ms", 0.0) / 1000
             for name, model in config.models.items()
             if any(d.name == pool for d in model.dedicated)
         )
-        replicas_now = replica_seconds(wall, wall + 1, endpoint.replicas, schedule)
+        replicas_now = replica_seconds(wall, wall + 1, endpoint.replicas, schedule_of(endpoint))
         demand = demand_s[pool] / window_s
         gauges[pool] = {
             "utilization": round(busy / capacity_s, 4) if capacity_s > 0 else 0.0,
-            "desired_replicas": float(math.ceil(demand / (slots_per_replica * TARGET_UTILIZATION))),
+            "desired_replicas": float(math.ceil(demand / (slots_per_replica(endpoint) * TARGET_UTILIZATION))),
             "usd_per_hour": endpoint.gpus * endpoint.gpu_hour_usd * replicas_now,
         }
     return gauges

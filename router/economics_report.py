@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 from policies.types import Snapshot, route_key
 from router.config import DedicatedEndpoint, GatewayConfig
-from router.report import Windows, routes_report
+from router.report import LATENCIES, WindowFigures, Windows, build_routes_report, report_routes
 from router.shape import shapes
-from router.state.latency import MAPPING, Counts, Histogram, Metric
+from router.state.latency import MAPPING, Counts, Histogram, Metric, add_counts
 
 _SERIES_FIELDS = ("requests", "errors", "busy_ms", "cost_usd", "tasks", "tasks_ok", "tokens_in", "tokens_out")
 
@@ -29,12 +29,16 @@ class SeriesWindows(Windows, Protocol):
 async def economics_report(
     config: GatewayConfig, store: SeriesWindows, snapshot: Snapshot, window_s: float, model: str | None = None
 ) -> dict[str, Any]:
-    report = await routes_report(config, store, snapshot, window_s)
+    """Each figure is read from the store once: the counter series feeds both the routes report
+    (summed) and the plots; the TTFT and token histograms both the report and the shape."""
+    step, series = await store.counts_series(report_routes(config), window_s)
+    metrics = (*LATENCIES, Metric.TOKENS_IN, Metric.TOKENS_OUT)
+    histograms = {m: await store.latency_window(config.route_keys(), m, window_s) for m in metrics}
+    figures = WindowFigures(histograms, {route: _summed(rows) for route, rows in series.items()})
+    report = build_routes_report(config, figures, snapshot, window_s, store.name)
     names = [model] if model else list(config.models)
     report["models"] = {name: report["models"][name] for name in names}
     routes = [route_key(name, e.name) for name in names for e in config.models[name].endpoints]
-    step, series = await store.counts_series(routes, window_s)
-    ttft = await store.latency_window(routes, Metric.TTFT, window_s)
     inputs = {
         name: (
             [series[route_key(name, e.name)] for e in config.models[name].endpoints],
@@ -42,17 +46,15 @@ async def economics_report(
         )
         for name in names
     }
-    tokens = {
-        m: await store.latency_window(routes, m, window_s) for m in (Metric.TOKENS_IN, Metric.TOKENS_OUT)
-    }
     for name, shape in shapes(inputs, step).items():
         shape["token_distribution"] = {
             side: _distribution(
-                tokens[metric], [route_key(name, e.name) for e in config.models[name].endpoints]
+                histograms[metric], [route_key(name, e.name) for e in config.models[name].endpoints]
             )
             for side, metric in (("input", Metric.TOKENS_IN), ("output", Metric.TOKENS_OUT))
         }
         report["models"][name]["traffic_shape"] = shape
+    series = {route: series[route] for route in routes}
     report["series"] = {
         "slice_s": step,
         "routes": {
@@ -64,13 +66,23 @@ async def economics_report(
         },
     }
     report["ttft_distribution_ms"] = {
-        route: sorted([round(MAPPING.value(key), 3), count] for key, count in histogram.counts.items())
-        for route, histogram in ttft.items()
+        route: sorted(
+            [round(MAPPING.value(key), 3), count]
+            for key, count in histograms[Metric.TTFT][route].counts.items()
+        )
+        for route in routes
     }
     report["endpoints"] = {
         route_key(name, e.name): _endpoint_facts(e) for name in names for e in config.models[name].endpoints
     }
     return report
+
+
+def _summed(rows: list[tuple[int, Counts]]) -> Counts:
+    total: Counts = {}
+    for _, counts in rows:
+        add_counts(total, counts)
+    return total
 
 
 def _distribution(histograms: dict[str, Histogram], routes: list[str]) -> dict[str, Any] | None:

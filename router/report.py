@@ -11,12 +11,13 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from policies.base import Reason
 from policies.types import Figures, Snapshot, route_key
 from router.config import DedicatedEndpoint, GatewayConfig
-from router.costs import Span, model_costs
+from router.costs import Span, model_costs, provisioned
 from router.state.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
 
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
@@ -89,15 +90,42 @@ class Windows(Protocol):
     async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]: ...
 
 
+LATENCIES = (Metric.TTFT, Metric.ITL, Metric.E2E, Metric.QUEUE)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFigures:
+    """A window's merged figures, read once: histograms by metric and route, counters by route."""
+
+    histograms: dict[Metric, dict[str, Histogram]]
+    counts: dict[str, Counts]
+
+
+def report_routes(config: GatewayConfig) -> list[str]:
+    """The routes a report reads: every configured one, and each model's unrouted counters."""
+    return [*config.route_keys(), *(route_key(m, UNROUTED) for m in config.models)]
+
+
+async def read_window(
+    config: GatewayConfig, store: Windows, window_s: float, metrics: Sequence[Metric] = LATENCIES
+) -> WindowFigures:
+    routes = config.route_keys()
+    histograms = {metric: await store.latency_window(routes, metric, window_s) for metric in metrics}
+    return WindowFigures(histograms, await store.counts_window(report_routes(config), window_s))
+
+
 async def routes_report(
     config: GatewayConfig, store: Windows, snapshot: Snapshot, window_s: float
 ) -> dict[str, Any]:
     """The report over the last `window_s` seconds; `snapshot` supplies the live in-flight."""
-    routes = config.route_keys()
-    unrouted = [route_key(m, UNROUTED) for m in config.models]
-    latencies = (Metric.TTFT, Metric.ITL, Metric.E2E, Metric.QUEUE)
-    histograms = {metric: await store.latency_window(routes, metric, window_s) for metric in latencies}
-    counts = await store.counts_window([*routes, *unrouted], window_s)
+    figures = await read_window(config, store, window_s)
+    return build_routes_report(config, figures, snapshot, window_s, store.name)
+
+
+def build_routes_report(
+    config: GatewayConfig, figures: WindowFigures, snapshot: Snapshot, window_s: float, store_name: str
+) -> dict[str, Any]:
+    histograms, counts = figures.histograms, figures.counts
     wall = time.time()
     spanned = _spanned_s(window_s, wall)
     span = Span(wall - spanned, wall)
@@ -126,7 +154,8 @@ async def routes_report(
                 entry["in_flight"] = in_flight
                 entry["queue_depth"] = snapshot.queue_depth(endpoint.name)
                 busy_s = c.get("busy_ms", 0.0) / 1000
-                entry["utilization"] = round(busy_s / (endpoint.max_concurrency * spanned), 4)
+                capacity_s = provisioned(endpoint, span.start, span.end).capacity_s
+                entry["utilization"] = round(busy_s / capacity_s, 4) if capacity_s > 0 else 0.0
             per_route[endpoint.name] = entry
         per_route_counts = [counts.get(route_key(name, e.name), {}) for e in model.endpoints]
         per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))
@@ -137,7 +166,7 @@ async def routes_report(
     return {
         "window_s": window_s,
         "slice_s": resolution_for(window_s),
-        "state_store": store.name,
+        "state_store": store_name,
         "models": models,
     }
 
