@@ -19,7 +19,7 @@ import csv
 import math
 import random
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from router.economics import token_cost_usd
 from router.probe import percentile
 
 FORMATS = ("azure", "mooncake", "access-log")
@@ -139,9 +140,57 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
 SPILL_REASONS = frozenset({"saturated", "slo_breach", "canary_out", "circuit_open", "failover"})
 
 
-def summary(records: Sequence[dict[str, Any]], slo_ttft_ms: float, lag_p99_ms: float) -> dict[str, Any]:
-    """What a replay measured. A replay whose sender fell behind its schedule (send lag p99
-    over `lag_p99_ms`) measured the client, not the system: it is marked invalid."""
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """What the routes of a replay (or a plan) cost: dedicated by provisioned time, busy or
+    idle (router/economics.py), serverless by the tokens of the requests it served."""
+
+    dedicated_usd_per_hour: float  # every dedicated replica together
+    dedicated_slots: int  # every dedicated replica's max_concurrency together
+    dedicated_routes: frozenset[str]
+    serverless_usd_per_mtok: Mapping[str, tuple[float, float]]  # route -> (input, output)
+
+
+def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) -> dict[str, Any]:
+    """Cost, cost per SLO-successful task's inputs and dedicated utilization (slot-seconds
+    used over slot-seconds provisioned) of answered requests over a trace `span_s` long."""
+    serverless_usd = 0.0
+    busy_s = 0.0
+    for r in records:
+        if not r.get("ok"):
+            continue
+        route = r.get("route") or "-"
+        if route in pricing.dedicated_routes:
+            busy_s += (r.get("e2e_ms") or 0.0) / 1000
+            continue
+        prices = pricing.serverless_usd_per_mtok.get(route)
+        if prices is None:
+            raise ValueError(
+                f"route {route!r} answered but is not in the pricing (is the config the gateway's?)"
+            )
+        serverless_usd += token_cost_usd(r["input_tokens"], r["output_tokens"], *prices)
+    dedicated_usd = pricing.dedicated_usd_per_hour * span_s / 3600
+    provisioned = pricing.dedicated_slots * span_s
+    return {
+        "span_s": span_s,
+        "dedicated_usd": round(dedicated_usd, 6),
+        "serverless_usd": round(serverless_usd, 6),
+        "cost_usd": round(dedicated_usd + serverless_usd, 6),
+        "dedicated_utilization": round(busy_s / provisioned, 4) if provisioned > 0 else None,
+    }
+
+
+def summary(
+    records: Sequence[dict[str, Any]],
+    slo_ttft_ms: float,
+    lag_p99_ms: float,
+    pricing: Pricing | None = None,
+    span_s: float | None = None,
+) -> dict[str, Any]:
+    """What a replay measured (or a plan predicted: the same records, the same figures). A
+    replay whose sender fell behind its schedule (send lag p99 over `lag_p99_ms`) measured
+    the client, not the system: it is marked invalid. With `pricing` and the trace's
+    `span_s`, also its cost, cost per SLO-successful task and dedicated utilization."""
     sent = [r for r in records if r.get("sent")]
     ok = [r for r in sent if r.get("ok")]
     ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
@@ -157,7 +206,7 @@ def summary(records: Sequence[dict[str, Any]], slo_ttft_ms: float, lag_p99_ms: f
     for r in ok:
         routes[r.get("route") or "-"] = routes.get(r.get("route") or "-", 0) + 1
     spilled = sum(1 for r in ok if r.get("reason") in SPILL_REASONS)
-    return {
+    found: dict[str, Any] = {
         "requests": len(records),
         "sent": len(sent),
         "succeeded": len(ok),
@@ -181,6 +230,10 @@ def summary(records: Sequence[dict[str, Any]], slo_ttft_ms: float, lag_p99_ms: f
         if records
         else None,
     }
+    if pricing is not None and span_s is not None:
+        found |= costs(records, pricing, span_s)
+        found["cost_per_slo_success_usd"] = round(found["cost_usd"] / len(within), 8) if within else None
+    return found
 
 
 def _round(value: float | None) -> float | None:

@@ -22,8 +22,10 @@ from rich.console import Console, Group
 from rich.live import Live
 
 from router.app import build_policies, create_app
+from router.cli import plan as plan_cli
 from router.cli import probe as probe_cli
 from router.cli import replay as replay_cli
+from router.cli import sim as sim_cli
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.canary import render_plan, render_status
 from router.cli.serving import Served, bind, configure_logging, run, run_workers, startup_failed
@@ -105,7 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     stats.set_defaults(run=_stats)
 
     probe_cli.add_parser(commands, _probe, os.environ.get("TIDEGATE_ADMIN_KEY", ""))
-    replay_cli.add_parser(commands)
+    for add_parser in (replay_cli.add_parser, plan_cli.add_parser, sim_cli.add_parser):
+        add_parser(commands)
 
     report = commands.add_parser(
         "report",
@@ -120,7 +123,6 @@ def _parser() -> argparse.ArgumentParser:
     _add_admin_args(report)
     report.set_defaults(run=_report)
 
-    _add_sim_parser(commands)
     return parser
 
 
@@ -291,129 +293,6 @@ def _report(args: argparse.Namespace) -> int:
             sys.stdout.write(reporting.write_html(found, figures))
     else:
         Console(width=None if sys.stdout.isatty() else 200).print(reporting.render_tables(found))
-    return 0
-
-
-def _add_sim_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile  # noqa: PLC0415 (lazy)
-
-    d = SimProfile()
-    f = Faults()
-    sim = commands.add_parser(
-        "sim",
-        help="run one simulated OpenAI-compatible upstream",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    sim.add_argument("--profile", choices=[k.value for k in Kind], default="dedicated")
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=9000)
-    sim.add_argument("--name", default="sim", help="model id the simulator reports")
-    sim.add_argument("--time-scale", type=float, default=d.time_scale, help="run X times faster")
-    sim.add_argument("--seed", type=int, default=None)
-    sim.add_argument("--default-output-tokens", type=int, default=d.default_output_tokens)
-    sim.add_argument(
-        "--answer-tokens-p50",
-        type=int,
-        default=200,
-        help="median answer length; one shorter than max_tokens ends with finish_reason stop "
-        "(0: run every answer to max_tokens)",
-    )
-    sim.add_argument(
-        "--tool-call-share", type=float, default=d.tool_call_share, help='with tools and tool_choice "auto"'
-    )
-    sim.add_argument(
-        "--served-model",
-        action="append",
-        default=[],
-        help="a model id it serves (repeat); others get 404. Default: any",
-    )
-    sim.add_argument(
-        "--max-concurrency",
-        type=int,
-        default=d.max_concurrency,
-        help="dedicated: sequences served at once; the rest queue FIFO",
-    )
-    sim.add_argument("--prefill-tokens-per-s", type=float, default=d.prefill_tokens_per_s)
-    sim.add_argument(
-        "--itl-ms",
-        type=float,
-        default=d.itl_s * 1000,
-        help="dedicated: inter-token latency of a sequence in a small batch",
-    )
-    sim.add_argument(
-        "--decode-tokens-per-s",
-        type=float,
-        default=d.decode_tokens_per_s,
-        help="dedicated: aggregate decode rate shared by the batch",
-    )
-    sim.add_argument(
-        "--preset",
-        choices=sorted(SERVERLESS_PRESETS),
-        default="deepseek-a",
-        help="serverless: TTFT distribution from the field notes",
-    )
-    sim.add_argument("--serverless-itl-ms", type=float, default=d.serverless_itl_s * 1000)
-    sim.add_argument(
-        "--idle-to-cold-s",
-        type=float,
-        default=d.idle_to_cold_s,
-        help="serverless: cold start after this idle gap (0: never)",
-    )
-    sim.add_argument("--error-rate", type=float, default=f.error_rate, help="share answered 500/503")
-    sim.add_argument(
-        "--rate-limit-rate", type=float, default=f.rate_limit_rate, help="share answered 429 with Retry-After"
-    )
-    sim.add_argument("--retry-after-s", type=float, default=f.retry_after_s)
-    sim.add_argument(
-        "--stall-rate",
-        type=float,
-        default=f.stall_rate,
-        help="share that stall --stall-s before the first byte",
-    )
-    sim.add_argument("--stall-s", type=float, default=f.stall_s)
-    sim.add_argument(
-        "--cut-rate", type=float, default=f.cut_rate, help="share of streams whose connection drops halfway"
-    )
-    sim.add_argument(
-        "--reject-rate", type=float, default=f.reject_rate, help="share answered 400 (context length)"
-    )
-    sim.set_defaults(run=_sim)
-
-
-def _sim(args: argparse.Namespace) -> int:
-    from router.sim.app import create_sim_app  # noqa: PLC0415 (lazy)
-    from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile  # noqa: PLC0415
-
-    profile = SimProfile(
-        kind=Kind(args.profile),
-        name=args.name,
-        time_scale=args.time_scale,
-        seed=args.seed,
-        default_output_tokens=args.default_output_tokens,
-        answer_tokens_p50=args.answer_tokens_p50 or None,
-        tool_call_share=args.tool_call_share,
-        served_models=tuple(args.served_model),
-        max_concurrency=args.max_concurrency,
-        prefill_tokens_per_s=args.prefill_tokens_per_s,
-        itl_s=args.itl_ms / 1000,
-        decode_tokens_per_s=args.decode_tokens_per_s,
-        ttft=SERVERLESS_PRESETS[args.preset],
-        serverless_itl_s=args.serverless_itl_ms / 1000,
-        idle_to_cold_s=args.idle_to_cold_s,
-        faults=Faults(
-            args.error_rate,
-            args.rate_limit_rate,
-            args.retry_after_s,
-            args.stall_rate,
-            args.stall_s,
-            args.cut_rate,
-            args.reject_rate,
-        ),
-    )
-    sock = bind(args.host, args.port)
-    host, port = sock.getsockname()[:2]
-    print(f"tidegate sim ({profile.kind}) listening on http://{host}:{port}/v1", flush=True)
-    run(Served(create_sim_app(profile), sock))
     return 0
 
 

@@ -115,8 +115,9 @@ def _logprobs(payload: dict[str, Any], kind: str) -> int | None:
 async def _generate(state: SimState, n_in: int, steps: int) -> bool:
     async with state.engine.sequence(n_in) as seq:
         await seq.first_token()
-        for _ in range(steps - 1):
-            await seq.next_token()
+        per_write = max(1, state.profile.tokens_per_write)
+        for start in range(1, steps, per_write):
+            await seq.next_token(min(per_write, steps - start))
     return True
 
 
@@ -125,16 +126,18 @@ async def _stream(
 ) -> AsyncIterator[bytes]:
     steps = writer.steps
     cut_at = steps // 2 if state.engine.rng.random() < state.profile.faults.cut_rate else -1
+    per_write = max(1, state.profile.tokens_per_write)
     async with state.engine.sequence(n_in) as seq:
         await seq.first_token()
         yield writer.opening() + writer.step(0)
-        for i in range(1, steps):
-            if i == cut_at:
+        for start in range(1, steps, per_write):
+            group = range(start, min(start + per_write, steps))
+            if cut_at in group:
                 state.engine.count_fault("cut")
-                state.engine.counters.cut_output_events += i
+                state.engine.counters.cut_output_events += start
                 raise StreamCut("simulated connection drop")
-            await seq.next_token()
-            yield writer.step(i)
+            await seq.next_token(len(group))
+            yield b"".join(writer.step(i) for i in group)
     if writer.include_usage:
         _count_usage(state, n_in, n_out)
     yield writer.closing(bodies.usage(writer.kind, n_in, n_out))

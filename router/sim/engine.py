@@ -51,8 +51,9 @@ class EngineSequence:
     async def first_token(self) -> None:
         await asyncio.sleep(self._engine.time_to_first_token(self._input_tokens))
 
-    async def next_token(self) -> None:
-        await asyncio.sleep(self._engine.inter_token_interval())
+    async def next_token(self, count: int = 1) -> None:
+        """Sleep `count` inter-token intervals (the batch size read once, at the start)."""
+        await asyncio.sleep(self._engine.inter_token_interval() * count)
 
 
 class Engine:
@@ -133,14 +134,13 @@ class Engine:
         duration = p.delay(input_tokens / p.prefill_tokens_per_s)
         start = max(now, self._prefill_free_at)  # one prefill budget for the whole replica
         self._prefill_free_at = start + duration
-        return self._prefill_free_at - now
+        return self._prefill_free_at - now + p.delay(p.overhead_s)
 
     def inter_token_interval(self) -> float:
         p = self._profile()
         if p.kind is Kind.SERVERLESS:
             return p.delay(p.serverless_itl_s)
-        shared = self.counters.running / p.decode_tokens_per_s
-        return p.delay(max(p.itl_s, shared))
+        return p.delay(p.decode_step_s(self.counters.running))
 
     def _serverless_ttft(self, p: SimProfile) -> float:
         now = self._clock()

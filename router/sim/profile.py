@@ -95,14 +95,21 @@ class SimProfile:
     max_concurrency: int = 16
     prefill_tokens_per_s: float = 8000.0
     itl_s: float = 0.020  # per-sequence inter-token latency while the batch is small
+    itl_per_seq_s: float = 0.0  # the decode step grows this much per running sequence
     decode_tokens_per_s: float = 1600.0  # the replica's aggregate decode rate
+    overhead_s: float = 0.0  # fixed time to first token on top of the prefill (scheduling, sampling)
     # serverless
     ttft: TtftDistribution = field(default_factory=TtftDistribution)
     serverless_itl_s: float = 0.015
     idle_to_cold_s: float = 0.0  # scale-to-zero: a cold load after this much idle time (0: never)
     # both
+    tokens_per_write: int = 1  # a stream sends its events this many at a time (fewer, larger writes)
     slowdown: float = 1.0  # multiplies every delay; raise it to rehearse a degraded upstream
     faults: Faults = field(default_factory=Faults)
+
+    def decode_step_s(self, running: int) -> float:
+        """One sequence's inter-token interval with `running` sequences in the batch."""
+        return max(self.itl_s + self.itl_per_seq_s * running, running / self.decode_tokens_per_s)
 
     def delay(self, seconds: float) -> float:
         """A modelled duration converted to the real seconds to sleep."""

@@ -1,0 +1,79 @@
+"""Named calibrations: published figures for a dedicated replica and a serverless endpoint, so
+`tidegate sim` and `tidegate plan` start from real numbers rather than guesses.
+
+Every figure is a parameter: a calibration is only the defaults a command starts from, and
+each command-line flag overrides its own figure.
+
+`deepseek-r1-h200` is one 8xH200 node serving a DeepSeek-R1-class model with vLLM (TP 8):
+- prefill ~16.5k prompt tokens/s marginal (vLLM schedules it in 8,192-token steps,
+  `max_num_batched_tokens`; the model uses the marginal rate, one FIFO budget per replica);
+- decode step 18.6 ms + 0.1 ms per running sequence;
+- ~80 ms fixed time to first token (scheduling, sampling, detokenisation);
+- $4.41 per GPU-hour, 8 GPUs: $35.28 per node-hour.
+The figures are fitted to GPUStack's published DeepSeek-R1 on H200 throughput runs and the vLLM
+DeepSeek recipes (sources in README.md, "Planning capacity").
+
+`deepseek-serverless` is a pay-per-token DeepSeek endpoint at $0.55 / $2.19 per million input /
+output tokens (DeepSeek's list price) with the field notes' warm TTFT (seed 000, provider A:
+p50 0.39 s) and scale-to-zero after 60 s idle with a 10-30 s cold load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from router.sim.profile import SERVERLESS_PRESETS, TtftDistribution
+
+
+@dataclass(frozen=True, slots=True)
+class DedicatedCalibration:
+    prefill_tokens_per_s: float
+    itl_s: float  # decode step with an empty batch
+    itl_per_seq_s: float  # added to the step per running sequence
+    decode_tokens_per_s: float  # aggregate decode ceiling (inf: the step formula alone)
+    overhead_s: float  # fixed part of every time to first token
+    max_num_seqs: int  # the engine's own ceiling; the rest queue FIFO inside it
+    gpus: int
+    gpu_hour_usd: float
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.gpus * self.gpu_hour_usd
+
+
+@dataclass(frozen=True, slots=True)
+class ServerlessCalibration:
+    ttft: TtftDistribution
+    itl_s: float
+    idle_to_cold_s: float  # a cold load after this idle gap (0: never cold)
+    usd_per_mtok_in: float
+    usd_per_mtok_out: float
+
+
+DEDICATED = MappingProxyType(
+    {
+        "deepseek-r1-h200": DedicatedCalibration(
+            prefill_tokens_per_s=16_500.0,
+            itl_s=0.0186,
+            itl_per_seq_s=0.0001,
+            decode_tokens_per_s=float("inf"),
+            overhead_s=0.080,
+            max_num_seqs=256,
+            gpus=8,
+            gpu_hour_usd=4.41,
+        ),
+    }
+)
+
+SERVERLESS = MappingProxyType(
+    {
+        "deepseek-serverless": ServerlessCalibration(
+            ttft=TtftDistribution(SERVERLESS_PRESETS["deepseek-a"].p50_s, 0.2, cold_range_s=(10.0, 30.0)),
+            itl_s=0.020,
+            idle_to_cold_s=60.0,
+            usd_per_mtok_in=0.55,
+            usd_per_mtok_out=2.19,
+        ),
+    }
+)
