@@ -229,7 +229,7 @@ def models_routes(config: GatewayConfig, keys: ApiKeys) -> list[Route]:
     ]
 
 
-def health_routes(store: StateStore) -> list[Route]:
+def health_routes(store: StateStore, time_scale: float = 1.0) -> list[Route]:
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type=_JSON)
 
@@ -243,6 +243,7 @@ def health_routes(store: StateStore) -> list[Route]:
             "state_store": store.name,
             "state_store_reachable": reachable,
             "fallback_admissions": store.fallback_admissions,
+            "time_scale": time_scale,  # not 1: a time-lapsed gateway, for `tidegate replay --speed`
         }
         return Response(orjson.dumps(body), media_type=_JSON)
 

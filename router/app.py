@@ -170,7 +170,7 @@ def create_app(
         app.router.routes.append(Route("/v1" + path, endpoint, methods=["POST"]))  # other methods: 405
     app.router.routes.extend(api.models_routes(config, keys))
     app.router.routes.append(feedback_route(ledger, keys, config.limits.body_timeout_s))
-    app.router.routes.extend(api.health_routes(store))
+    app.router.routes.extend(api.health_routes(store, config.time_scale))
     app.router.routes.append(api.metrics_route(telemetry.registry))
     app.include_router(admin_router(config, store, signals, controller))
     _install_error_handlers(app)

@@ -359,6 +359,8 @@ class TasksConfig(_Frozen):
 
 
 class GatewayConfig(_Frozen):
+    # a time-lapse for replays: the time constants were divided by this (router/timelapse.py)
+    time_scale: Annotated[float, Field(ge=1, le=1000)] = 1.0
     listen: ListenConfig = ListenConfig()
     tasks: TasksConfig = TasksConfig()
     state: StateConfig = StateConfig()

@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,13 +31,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from router import calibration
-from router.calibration import DedicatedCalibration, ServerlessCalibration
+from router.calibration import (
+    SERVERLESS_PRESETS,
+    DedicatedCalibration,
+    ServerlessCalibration,
+    TtftDistribution,
+)
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.config import ConfigError, DedicatedEndpoint, ServerlessEndpoint, load_config
 from router.planner.model import System
 from router.planner.sweep import Grid, break_even, choose, pareto, sweep
 from router.replay import load, scale_rate, window
-from router.sim.profile import SERVERLESS_PRESETS, TtftDistribution
 
 Z95 = 1.6449  # the standard normal's 95th percentile: a log-normal's p95 / p50 = exp(Z95 x sigma)
 
@@ -160,10 +165,13 @@ def run(args: argparse.Namespace) -> int:
         rows = window(load(Path(args.trace), args.format), args.start, args.minutes)
         rows = scale_rate(rows, args.scale_rate, seed=args.seed)
     except (OSError, ValueError, KeyError, ConfigError, AdminCallFailed) as exc:
-        console.print(f"tidegate plan: {exc}")
+        print(f"tidegate plan: {exc}", file=sys.stderr)
         return 2
     if not rows:
-        console.print("tidegate plan: no rows in that window")
+        print("tidegate plan: no rows in that window", file=sys.stderr)
+        return 2
+    if args.price_sweep and 0 not in args.replicas:
+        print("tidegate plan: --price-sweep compares with all-serverless: keep 0 in --replicas", file=sys.stderr)
         return 2
     span_s = (args.minutes * 60) if args.minutes is not None else rows[-1].at_s
     system = System(d, s, window_s=window_s, max_waiters=max_waiters)
@@ -185,10 +193,7 @@ def run(args: argparse.Namespace) -> int:
     verdict = choose(results, args.target)
     front = pareto(results)
     baseline = next((r for r in results if r["settings"]["replicas"] == 0), None)
-    if args.price_sweep:
-        if baseline is None:
-            console.print("tidegate plan: --price-sweep compares with all-serverless: keep 0 in --replicas")
-            return 2
+    if args.price_sweep and baseline is not None:
         for r in results:
             r["break_even"] = break_even(r, baseline, system)
     found = {

@@ -9,38 +9,57 @@ prompts. Per request: send lag, TTFT and e2e as the client saw them, and the gat
 reason and outcome headers. The summary (router/replay.py) says whether the sender kept up;
 a replay that fell behind is marked invalid, not reported as a result.
 
-    tidegate replay TRACE --url URL [--model M] [--start MIN] [--minutes N] [--speed K]
-                    [--scale-rate X] [--slo-ttft-ms 2000] [--out DIR] [--max-in-flight 4096]
+With the gateway's `--config`, the summary also prices the replay: cost, cost per
+SLO-successful task and dedicated utilization (router/replay.py). At `--speed K` the
+simulators must run with `--time-scale K` and the gateway with its config time-lapsed by K
+(`--scale-config`, router/timelapse.py); a gateway whose /readyz reports another time scale is
+refused. Durations are reported in trace time.
+
+    tidegate replay TRACE --url URL [--model M] [--config tidegate.yaml] [--start MIN] [--minutes N]
+                    [--speed K] [--scale-rate X] [--slo-ttft-ms 2000] [--out DIR] [--max-in-flight 4096]
+    tidegate replay --scale-config tidegate.yaml --speed K > tidegate.xK.yaml
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
+import uvloop
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from router.replay import Arrival, load, scale_rate, summary, window
+from router.config import ConfigError, GatewayConfig, load_config
+from router.replay import Arrival, Pricing, load, scale_rate, summary, window
+from router.timelapse import scale_config
 
 LAG_P99_MS = 50.0  # a sender later than this at p99 did not keep up
 
 
 async def send(
-    client: httpx.AsyncClient, url: str, model: str, row: Arrival, *, index: int, headers: dict[str, str]
+    client: aiohttp.ClientSession, url: str, model: str, row: Arrival, *, index: int, headers: dict[str, str]
 ) -> dict[str, Any]:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": f"replayed row {index}"}],
-        "stream": True,
-        "stream_options": {"include_usage": True},
+    body = orjson.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": f"replayed row {index}"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    sizes = {
+        "content-type": "application/json",
+        "x-sim-prompt-tokens": str(row.input_tokens),
+        "x-sim-output-tokens": str(row.output_tokens),
     }
-    sizes = {"x-sim-prompt-tokens": str(row.input_tokens), "x-sim-output-tokens": str(row.output_tokens)}
     started = time.perf_counter()
     record: dict[str, Any] = {
         "index": index,
@@ -51,35 +70,38 @@ async def send(
         "ok": False,
     }
     try:
-        async with client.stream("POST", url, json=body, headers=headers | sizes) as answer:
-            record["status"] = answer.status_code
+        async with client.post(url, data=body, headers=headers | sizes) as answer:
+            record["status"] = answer.status
             for name in ("route", "reason", "outcome"):
                 record[name] = answer.headers.get(f"x-tidegate-{name}")
-            if answer.status_code != 200:
-                await answer.aread()
+            if answer.status != 200:
+                await answer.read()
                 return record
             first = None
-            async for line in answer.aiter_lines():
-                if first is None and line.startswith("data:") and '"content"' in line:
+            async for line in answer.content:
+                if first is None and line.startswith(b"data:") and b'"content"' in line:
                     first = time.perf_counter()
-                if line.startswith("event: error"):
+                if line.startswith(b"event: error"):
                     return record | {"error": "stream_error"}
             record["ttft_ms"] = None if first is None else (first - started) * 1000
             record["e2e_ms"] = (time.perf_counter() - started) * 1000
             record["ok"] = first is not None
-    except httpx.HTTPError as exc:
+    except (aiohttp.ClientError, TimeoutError) as exc:
         record["error"] = type(exc).__name__
     return record
 
 
 async def replay(rows: list[Arrival], args: argparse.Namespace, console: Console) -> list[dict[str, Any]]:
-    """Send every row on schedule; rows that would exceed --max-in-flight are not sent."""
+    """Send every row on schedule; rows that would exceed --max-in-flight are not sent. The
+    sender is aiohttp: at a few hundred requests a second httpx's own client cost more CPU
+    than the gateway under test, and a sender that falls behind invalidates the replay."""
     url = args.url.rstrip("/").removesuffix("/v1") + "/v1/chat/completions"
     headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    limits = httpx.Limits(max_connections=args.max_in_flight, max_keepalive_connections=256)
     records: list[dict[str, Any]] = []
     in_flight: set[asyncio.Task[dict[str, Any]]] = set()
-    async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout_s), limits=limits) as client:
+    connector = aiohttp.TCPConnector(limit=args.max_in_flight)
+    timeout = aiohttp.ClientTimeout(total=args.timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
         ) as progress:
@@ -127,34 +149,43 @@ async def replay(rows: list[Arrival], args: argparse.Namespace, console: Console
 
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
+    if args.scale_config is not None:
+        return _print_scaled(args, console)
+    if args.trace is None or args.url is None:
+        print("tidegate replay: give a TRACE and --url (or --scale-config CONFIG --speed K)", file=sys.stderr)
+        return 2
     try:
         rows = window(load(Path(args.trace), args.format), args.start, args.minutes)
         rows = scale_rate(rows, args.scale_rate, seed=args.seed)
-    except (OSError, ValueError, KeyError) as exc:
-        console.print(f"tidegate replay: {exc}")
+        pricing = None if args.config is None else pricing_of(load_config(args.config), args.model)
+        refusal = _time_scale_refusal(args.url, args.speed)
+    except (OSError, ValueError, KeyError, ConfigError) as exc:
+        print(f"tidegate replay: {exc}", file=sys.stderr)
+        return 2
+    if refusal is not None:
+        print(f"tidegate replay: {refusal}", file=sys.stderr)
         return 2
     if not rows:
-        console.print("tidegate replay: no rows in that window")
+        print("tidegate replay: no rows in that window", file=sys.stderr)
         return 2
-    span_s = rows[-1].at_s / args.speed
+    span_s = args.minutes * 60 if args.minutes is not None else rows[-1].at_s
     console.print(
-        f"replaying {len(rows)} requests over {span_s:.0f}s (trace minutes {args.start:g}+, "
-        f"rate x{args.scale_rate:g}, speed x{args.speed:g}) to {args.url}"
+        f"replaying {len(rows)} requests over {rows[-1].at_s / args.speed:.0f}s "
+        f"(trace minutes {args.start:g}+, rate x{args.scale_rate:g}, speed x{args.speed:g}) to {args.url}"
     )
-    if args.speed != 1:
-        console.print(
-            f"note: at --speed {args.speed:g} the simulators need --time-scale {args.speed:g}, and the "
-            "gateway's own time constants (windows, dwell, TTLs, timeouts) must be divided by it too, "
-            "or the replay is not the system"
-        )
-    results = asyncio.run(replay(rows, args, console))
-    found = summary(results, args.slo_ttft_ms, LAG_P99_MS)
+    results = [_in_trace_time(r, args.speed) for r in uvloop.run(replay(rows, args, console))]
+    found = summary(results, args.slo_ttft_ms, LAG_P99_MS, pricing, span_s)
     found["trace"] = {
         "path": str(args.trace),
         "start_min": args.start,
         "minutes": args.minutes,
         "scale_rate": args.scale_rate,
         "speed": args.speed,
+        "times": "trace time: durations measured at --speed K were multiplied by K; the simulators ran "
+        "with --time-scale K and the gateway with a config time-lapsed by K (its windows, dwell, TTLs, "
+        "timeouts divided by K: tidegate replay --scale-config)"
+        if args.speed != 1
+        else "wall-clock",
     }
     out = args.out or Path(f"replay-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     out.mkdir(parents=True, exist_ok=True)
@@ -170,13 +201,82 @@ def run(args: argparse.Namespace) -> int:
         f"TTFT p50 {ttft['p50']} p95 {ttft['p95']} p99 {ttft['p99']} ms; spill share {found['spill_share']}; "
         f"send lag p99 {found['send_lag_ms']['p99']} ms ({verdict}); results: {out}"
     )
+    if pricing is not None:
+        per = found["cost_per_slo_success_usd"]
+        print(
+            f"cost ${found['cost_usd']:.4f} over {span_s / 60:g} trace minutes "
+            f"(dedicated ${found['dedicated_usd']:.4f}, serverless ${found['serverless_usd']:.4f}); "
+            f"per SLO-successful task {'-' if per is None else f'${per:.6f}'}; "
+            f"dedicated utilization {found['dedicated_utilization']}"
+        )
     return 0 if found["client_kept_up"] else 3
+
+
+def pricing_of(config: GatewayConfig, model: str) -> Pricing:
+    """The replay's prices from the gateway's config: its dedicated endpoints by provisioned
+    time, its serverless endpoints by token."""
+    found = config.models.get(model)
+    if found is None:
+        raise ValueError(f"--model {model} is not in the config (models: {', '.join(config.models)})")
+    return Pricing(
+        dedicated_usd_per_hour=sum(d.usd_per_hour for d in found.dedicated),
+        dedicated_slots=sum(d.max_concurrency for d in found.dedicated),
+        dedicated_routes=frozenset(d.name for d in found.dedicated),
+        serverless_usd_per_mtok={s.name: (s.usd_per_mtok_in, s.usd_per_mtok_out) for s in found.serverless},
+    )
+
+
+def _in_trace_time(record: dict[str, Any], speed: float) -> dict[str, Any]:
+    """Durations measured at --speed K are K times shorter than the trace's: scale them back
+    (the send lag stays wall-clock: it judges the client, not the system)."""
+    for key in ("ttft_ms", "e2e_ms"):
+        if record.get(key) is not None:
+            record[key] = record[key] * speed
+    return record
+
+
+def _time_scale_refusal(url: str, speed: float) -> str | None:
+    """Why the gateway at `url` cannot be replayed at `speed` (None: it can): its time
+    constants must have been divided by the same factor (GET /readyz reports it)."""
+    ready = url.rstrip("/").removesuffix("/v1") + "/readyz"
+    try:
+        answer = httpx.get(ready, timeout=10.0)
+        scale = float(answer.json().get("time_scale", 1.0)) if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        scale = None
+    if scale is None:
+        return (
+            None if speed == 1 else f"--speed {speed:g} needs a tidegate gateway at {url} (no /readyz answer)"
+        )
+    if abs(scale - speed) > 1e-9:
+        return (
+            f"the gateway runs at time_scale {scale:g} but --speed is {speed:g}: its windows, dwell, TTLs "
+            f"and timeouts would not match the trace's. Serve `tidegate replay --scale-config CONFIG "
+            f"--speed {speed:g}` and start the simulators with --time-scale {speed:g}"
+        )
+    return None
+
+
+def _print_scaled(args: argparse.Namespace, console: Console) -> int:
+    try:
+        text = args.scale_config.read_text(encoding="utf-8")
+        print(scale_config(text, args.speed, os.environ), end="")
+    except (OSError, ValueError, ConfigError) as exc:
+        print(f"tidegate replay --scale-config: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def add_parser(commands: Any) -> None:
     replay_cmd = commands.add_parser("replay", help="open-loop replay of a trace against a running gateway")
-    replay_cmd.add_argument("trace", help="Azure CSV, Mooncake JSONL or a tidegate access log")
-    replay_cmd.add_argument("--url", required=True, help="the gateway (or endpoint) base URL")
+    replay_cmd.add_argument("trace", nargs="?", help="Azure CSV, Mooncake JSONL or a tidegate access log")
+    replay_cmd.add_argument("--url", help="the gateway (or endpoint) base URL")
+    replay_cmd.add_argument(
+        "--scale-config", type=Path, metavar="CONFIG", help="print CONFIG time-lapsed for --speed, and exit"
+    )
+    replay_cmd.add_argument(
+        "--config", type=Path, help="the gateway's config: prices the replay (cost per SLO-successful task)"
+    )
     replay_cmd.add_argument("--model", default="demo-model")
     replay_cmd.add_argument("--api-key", default="")
     replay_cmd.add_argument("--format", choices=("azure", "mooncake", "access-log"), help="default: detected")

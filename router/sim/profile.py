@@ -21,48 +21,13 @@ the table's extreme values because the cold loads are capped at 90 s.
 
 from __future__ import annotations
 
-import math
-import random
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from policies.types import EndpointKind
+from router.calibration import SERVERLESS_PRESETS, TtftDistribution
 
 Kind = EndpointKind  # a simulator plays one of the gateway's endpoint kinds
-
-
-@dataclass(frozen=True, slots=True)
-class TtftDistribution:
-    """TTFT (s) = lognormal(median `p50_s`, `sigma`) + tail + cold load, see module doc."""
-
-    p50_s: float = 0.39
-    sigma: float = 0.2
-    tail_prob: float = 0.0
-    tail_range_s: tuple[float, float] = (3.0, 12.0)
-    cold_prob: float = 0.0
-    cold_range_s: tuple[float, float] = (10.0, 90.0)
-
-    def sample(self, rng: random.Random) -> float:
-        ttft = math.exp(rng.gauss(math.log(self.p50_s), self.sigma))
-        if rng.random() < self.tail_prob:
-            ttft += rng.uniform(*self.tail_range_s)
-        if rng.random() < self.cold_prob:
-            ttft += rng.uniform(*self.cold_range_s)
-        return ttft
-
-
-# Seed 000's table: model and provider -> TTFT shape (p50 / p95 in the comments).
-SERVERLESS_PRESETS = MappingProxyType(
-    {
-        "deepseek-a": TtftDistribution(0.39, 0.2),  # 0.39 / 0.57
-        "deepseek-b": TtftDistribution(0.55, 0.2, 0.04, (3.0, 12.0), 0.02),  # 0.55 / 6.30
-        "deepseek-c": TtftDistribution(0.73, 0.2, 0.035, (4.0, 12.0), 0.025),  # 0.73 / 6.91
-        "kimi-a": TtftDistribution(0.35, 0.2, 0.04, (3.0, 12.0), 0.02),  # 0.35 / 5.98
-        "kimi-b": TtftDistribution(0.25, 0.5, 0.06, (0.5, 2.0)),  # 0.25 / 1.08
-        "kimi-c": TtftDistribution(0.43, 0.2, 0.08, (0.5, 2.0), 0.007),  # 0.43 / 1.70
-        "fast": TtftDistribution(0.02, 0.1),  # for tests and benchmarks
-    }
-)
+__all__ = ["SERVERLESS_PRESETS", "Faults", "Kind", "SimProfile", "TtftDistribution"]
 
 
 @dataclass(frozen=True, slots=True)

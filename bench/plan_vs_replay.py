@@ -1,0 +1,324 @@
+"""Model against measurement: `tidegate plan`'s prediction of a plan next to `tidegate replay`'s
+measurement of the same plan through a real `tidegate serve` in front of `tidegate sim`
+processes, on the same trace slice.
+
+Per plan it starts one dedicated simulator per replica (calibration `deepseek-r1-h200`) and one
+scale-to-zero serverless simulator (`deepseek-serverless`), all at `--time-scale K`; writes the
+plan's gateway config (routes named as the model names them), time-lapses it by K (the same
+code as `tidegate replay --scale-config`), serves it, and replays the slice at `--speed K`
+through `tidegate replay --config`. Then it runs the model on the same rows and prints both:
+SLO attainment (points apart), cost (% apart), p95 TTFT (% apart), spill share, utilization.
+
+    python -m bench.plan_vs_replay [--slice code|conv ...] [--speed 4] [--plans LABEL ...]
+                                   [--minutes 20] [--out DIR]
+
+It also reports, per slice, the plan the model would choose among the replayed plans and how
+its replayed cost per SLO-successful task compares with the best replayed plan's.
+
+Speed: every wall-clock delay in the gateway, the simulators or the sender is multiplied by K in
+trace time, so K is bounded by the machine: on 2 cores, K=10 put the code slice's bursts
+(~90 requests/s) past what the three processes could serve without queueing of their own,
+and K=4 did not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from router.calibration import DEDICATED, SERVERLESS
+from router.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route
+from router.planner.sweep import choose, evaluate
+from router.replay import load, window
+from router.timelapse import scale_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "traces"
+SLICES = {  # name -> (trace file, start minute); the issue's two held-out slices
+    "code": ("AzureLLMInferenceTrace_code.csv", 0.0),
+    "conv": ("AzureLLMInferenceTrace_conv.csv", 31.0),
+}
+MODEL = "trace-model"
+WINDOW_S = 100.0  # the gateway's latency window in trace seconds (10 s, its floor, at x10)
+SLO_TTFT_MS = 2000.0
+GATEWAY_S = 0.002  # the gateway's own wall time per request, scaled with the replay
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    slice: str
+    plan: Plan
+    predicted: dict[str, Any]
+    measured: dict[str, Any]
+
+    @property
+    def attainment_points(self) -> float:
+        return 100 * (self.predicted["slo_attainment"] - self.measured["slo_attainment"])
+
+    @property
+    def cost_ratio(self) -> float:
+        return self.predicted["cost_usd"] / self.measured["cost_usd"] - 1
+
+    @property
+    def p95_ratio(self) -> float:
+        return self.predicted["ttft_ms"]["p95"] / self.measured["ttft_ms"]["p95"] - 1
+
+
+class _Process:
+    """`tidegate ARGS` as an OS process; its URL read from its first announcing line."""
+
+    def __init__(self, *args: str) -> None:
+        self.args = [sys.executable, "-m", "router.cli", *args]
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.output: list[str] = []
+
+    def __enter__(self) -> _Process:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 30
+        for line in self.proc.stdout:
+            self.output.append(line)
+            found = re.search(r"(http://[\d.]+:\d+/v1)", line)
+            if found:
+                self.url = found.group(1)
+                break
+            if time.monotonic() > deadline:
+                break
+        if not self.url:
+            self.__exit__()
+            raise RuntimeError("process did not announce a URL:\n" + "".join(self.output))
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def gateway_config(plan: Plan, dedicated_urls: Sequence[str], serverless_url: str) -> str:
+    """The plan as a tidegate config, in trace time, routes named as the model names them."""
+    d = DEDICATED["deepseek-r1-h200"]
+    s = SERVERLESS["deepseek-serverless"]
+    dedicated = "".join(
+        f"      - {{name: {dedicated_route(i)}, base_url: '{url}', model: m, "
+        f"max_concurrency: {plan.max_concurrency}, gpus: {d.gpus}, gpu_hour_usd: {d.gpu_hour_usd}}}\n"
+        for i, url in enumerate(dedicated_urls)
+    )
+    return (
+        "auth: {allow_anonymous: true}\n"
+        f"state: {{window_s: {WINDOW_S:g}}}\n"
+        "models:\n"
+        f"  {MODEL}:\n"
+        f"    canary_percent: {plan.canary_percent:g}\n"
+        f"    routing: {{max_queue_ms: {plan.max_queue_ms:g}}}\n"
+        + (f"    dedicated:\n{dedicated}" if dedicated else "")
+        + "    serverless:\n"
+        f"      - {{name: {SERVERLESS_ROUTE}, base_url: '{serverless_url}', model: m, "
+        f"usd_per_mtok_in: {s.usd_per_mtok_in}, usd_per_mtok_out: {s.usd_per_mtok_out}}}\n"
+    )
+
+
+@contextmanager
+def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Iterator[tuple[str, Path]]:
+    """Simulators and a time-lapsed gateway for `plan`; yields the gateway URL and its
+    trace-time config (what the replay prices with)."""
+    common = ("--time-scale", f"{speed:g}", "--port", "0", "--tokens-per-write", "8")
+    with ExitStack() as stack:
+        dedicated = [
+            stack.enter_context(
+                _Process(
+                    "sim",
+                    "--profile",
+                    "dedicated",
+                    "--calibration",
+                    "deepseek-r1-h200",
+                    "--seed",
+                    str(seed + i),
+                    *common,
+                )
+            )
+            for i in range(plan.replicas)
+        ]
+        serverless = stack.enter_context(
+            _Process(
+                "sim",
+                "--profile",
+                "serverless",
+                "--calibration",
+                "deepseek-serverless",
+                "--seed",
+                str(seed + 100),
+                *common,
+            )
+        )
+        config = workdir / "gateway.yaml"
+        config.write_text(gateway_config(plan, [p.url for p in dedicated], serverless.url))
+        scaled = workdir / f"gateway.x{speed:g}.yaml"
+        scaled.write_text(scale_config(config.read_text(), speed, os.environ))
+        gateway = stack.enter_context(
+            _Process("--log-level", "warning", "serve", "--config", str(scaled), "--port", "0")
+        )
+        yield gateway.url, config
+
+
+def model_system(speed: float) -> System:
+    return System(
+        DEDICATED["deepseek-r1-h200"],
+        SERVERLESS["deepseek-serverless"],
+        window_s=WINDOW_S,
+        gateway_overhead_s=GATEWAY_S * speed,
+    )
+
+
+def replay_plan(
+    slice_name: str, trace: Path, start: float, minutes: float, plan: Plan, speed: float, workdir: Path
+) -> dict[str, Any]:
+    """The plan measured: `tidegate replay` through the real system."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    with system_under_test(plan, speed, workdir, seed=7) as (url, config):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "router.cli",
+                "replay",
+                str(trace),
+                "--url",
+                url,
+                "--model",
+                MODEL,
+                "--config",
+                str(config),
+                "--start",
+                f"{start:g}",
+                "--minutes",
+                f"{minutes:g}",
+                "--speed",
+                f"{speed:g}",
+                "--slo-ttft-ms",
+                f"{SLO_TTFT_MS:g}",
+                "--out",
+                str(workdir / "replay"),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=minutes * 60 / speed + 300,
+        )
+    if done.returncode not in (0, 3):
+        raise RuntimeError(
+            f"replay of {slice_name} {plan.label} failed:\n{done.stdout}\n{done.stderr[-2000:]}"
+        )
+    return orjson.loads((workdir / "replay" / "replay.json").read_bytes())
+
+
+def compare(
+    slice_name: str, trace: Path, start: float, minutes: float, plan: Plan, speed: float, workdir: Path
+) -> Comparison:
+    rows = window(load(trace), start, minutes)
+    predicted = evaluate(rows, plan, model_system(speed), slo_ttft_ms=SLO_TTFT_MS, span_s=minutes * 60)
+    measured = replay_plan(slice_name, trace, start, minutes, plan, speed, workdir)
+    return Comparison(slice_name, plan, predicted, measured)
+
+
+def parse_plan(label: str) -> Plan:
+    """`0` (all-serverless) or `R:C:Q:P` (replicas, max_concurrency, max_queue_ms, canary %)."""
+    parts = [float(x) for x in label.split(":")]
+    if len(parts) == 1:
+        return Plan(int(parts[0]))
+    replicas, concurrency, queue, canary = ([*parts, 0.0, 100.0])[:4] if len(parts) == 2 else parts
+    return Plan(int(replicas), int(concurrency), queue, canary)
+
+
+DEFAULT_PLANS = ("0", "1:16:0:100", "1:64:0:100", "1:32:1000:100")
+
+
+def _row(c: Comparison) -> str:
+    p, m = c.predicted, c.measured
+    valid = "" if m.get("client_kept_up") else "  INVALID (sender fell behind)"
+    return (
+        f"| {c.slice} | {c.plan.label} | {p['slo_attainment']:.1%} / {m['slo_attainment']:.1%} "
+        f"({c.attainment_points:+.1f} pt) | ${p['cost_usd']:.3f} / ${m['cost_usd']:.3f} ({c.cost_ratio:+.1%}) "
+        f"| {p['ttft_ms']['p95']:,.0f} / {m['ttft_ms']['p95']:,.0f} ms ({c.p95_ratio:+.1%}) "
+        f"| {p['spill_share']:.0%} / {m['spill_share']:.0%} |{valid}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--slice", nargs="+", choices=sorted(SLICES), default=sorted(SLICES))
+    parser.add_argument("--plans", nargs="+", default=list(DEFAULT_PLANS), help="0 or R:C:Q:P")
+    parser.add_argument("--minutes", type=float, default=20.0)
+    parser.add_argument("--speed", type=float, default=4.0)
+    parser.add_argument("--traces", type=Path, default=SHARED, help="directory with the Azure traces")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-replay-"))
+    print(f"python -m bench.plan_vs_replay {' '.join(sys.argv[1:])}  (work files: {out})", flush=True)
+    print("| slice | plan | SLO met, model / replay | cost | TTFT p95 | spill |")
+    print("|---|---|---|---|---|---|", flush=True)
+    results: list[Comparison] = []
+    labels = args.plans
+    for name in args.slice:
+        file, start = SLICES[name]
+        for label in labels:
+            plan = parse_plan(label)
+            found = compare(
+                name, args.traces / file, start, args.minutes, plan, args.speed, out / name / label
+            )
+            results.append(found)
+            print(_row(found), flush=True)
+    worst = max(results, key=lambda c: abs(c.attainment_points))
+    print(
+        f"\nlargest gaps: attainment {max(abs(c.attainment_points) for c in results):.1f} pt ({worst.plan.label}), "
+        f"cost {max(abs(c.cost_ratio) for c in results):.1%}, p95 {max(abs(c.p95_ratio) for c in results):.1%}"
+    )
+    if len(labels) > 1:
+        for name in args.slice:
+            mine = [c for c in results if c.slice == name]
+            chosen = choose([c.predicted for c in mine], target=0.95)["chosen"]
+            best = choose([c.measured | {"plan": c.plan.label} for c in mine], target=0.95)["chosen"]
+            by_label = {c.plan.label: c.measured for c in mine}
+            if chosen is None or best is None:
+                print(f"{name}: model chose {chosen}, replay's best {best}")
+                continue
+            ratio = by_label[chosen]["cost_per_slo_success_usd"] / by_label[best]["cost_per_slo_success_usd"]
+            print(
+                f"{name}: model chose {chosen}; best replayed {best}; chosen / best, replayed: {ratio:.3f}x"
+            )
+    (out / "comparisons.json").write_bytes(
+        orjson.dumps(
+            [
+                {"slice": c.slice, "plan": c.plan.label, "predicted": c.predicted, "measured": c.measured}
+                for c in results
+            ],
+            option=orjson.OPT_INDENT_2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

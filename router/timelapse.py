@@ -1,0 +1,85 @@
+"""A gateway config for a time-lapsed replay: every time constant that shapes routing divided
+by the replay's speed, so the gateway sees the trace's minutes as the simulators (run with
+`--time-scale` at the same speed) do.
+
+`tidegate replay --scale-config tidegate.yaml --speed K` prints the scaled config. It is written
+from the file as written (a `${VAR}` reference stays a reference, so no secret is copied out),
+with the defaults the file left out made explicit and divided too, and `time_scale: K` set.
+A constant that cannot go that low (the latency window's 10 s slices, a leader lease's 1 s) is
+an error naming the key: that replay cannot be faithful at that speed, so it is refused. The
+gateway reports its `time_scale` on /readyz; `tidegate replay --speed K` refuses a gateway
+that was not scaled by K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from router.config import (
+    BreakerConfig,
+    CanaryControllerConfig,
+    EngineSignalConfig,
+    LimitsConfig,
+    RetryConfig,
+    RoutingConfig,
+    SloConfig,
+    StateConfig,
+    TimeoutsConfig,
+    parse_config,
+)
+
+# (section, its config class, the time constants in it that a time-lapse divides)
+_Sections = tuple[tuple[str, type[BaseModel], tuple[str, ...]], ...]
+_TOP: _Sections = (
+    ("state", StateConfig, ("window_s", "lease_ttl_s", "leader_ttl_s")),
+    ("limits", LimitsConfig, ("request_timeout_s",)),
+)
+_MODEL: _Sections = (
+    ("routing", RoutingConfig, ("max_queue_ms",)),
+    ("slo", SloConfig, ("dwell_s",)),
+    ("retry", RetryConfig, ("backoff_ms", "budget_window_s")),
+    ("breaker", BreakerConfig, ("window_s", "cooldown_s", "max_cooldown_s")),
+)
+_ENDPOINT: _Sections = (("timeouts", TimeoutsConfig, ("ttft_s", "idle_s", "total_s")),)
+_OPTIONAL_MODEL: _Sections = (("canary", CanaryControllerConfig, ("interval_s",)),)
+_OPTIONAL_ENDPOINT: _Sections = (
+    ("engine_signal", EngineSignalConfig, ("interval_s", "stale_after_s", "dwell_s")),
+)
+
+
+def scale_config(text: str, factor: float, env: Mapping[str, str]) -> str:
+    """The config in `text` as a time-lapse `factor` times faster (see the module doc).
+    Raises ConfigError (naming the key) when the result is not a valid config."""
+    if factor < 1:
+        raise ValueError("--speed must be at least 1 to scale a config")
+    parse_config(text, env)  # the original must be valid before anything is scaled
+    raw = yaml.safe_load(text)
+    raw["time_scale"] = factor * float(raw.get("time_scale", 1.0))
+    for section, cls, keys in _TOP:
+        _divide(raw.setdefault(section, {}), cls, keys, factor)
+    for model in (raw.get("models") or {}).values():
+        for section, cls, keys in _MODEL:
+            _divide(model.setdefault(section, {}), cls, keys, factor)
+        for section, cls, keys in _OPTIONAL_MODEL:
+            if isinstance(model.get(section), dict):
+                _divide(model[section], cls, keys, factor)
+        for endpoint in [*(model.get("dedicated") or []), *(model.get("serverless") or [])]:
+            for section, cls, keys in _ENDPOINT:
+                _divide(endpoint.setdefault(section, {}), cls, keys, factor)
+            for section, cls, keys in _OPTIONAL_ENDPOINT:
+                if isinstance(endpoint.get(section), dict):
+                    _divide(endpoint[section], cls, keys, factor)
+    scaled = yaml.safe_dump(raw, sort_keys=False)
+    parse_config(scaled, env)  # a constant below its bound: ConfigError names it
+    return f"# time-lapse x{factor:g} of this config for tidegate replay --speed {factor:g}\n" + scaled
+
+
+def _divide(section: dict[str, Any], cls: type[BaseModel], keys: tuple[str, ...], factor: float) -> None:
+    for key in keys:
+        value = section.get(key, cls.model_fields[key].default)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            section[key] = value / factor

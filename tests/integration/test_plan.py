@@ -1,0 +1,91 @@
+"""`tidegate plan` from outside, and the model against a replay of the same plan through a real
+`tidegate serve` in front of `tidegate sim` processes (issue 17; bench/plan_vs_replay.py runs
+the full table)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from bench.plan_vs_replay import compare
+from router.planner.model import Plan
+from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
+from tests.servers import CliProcess, Sim, run_cli
+
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_code_20min.csv"
+
+
+def test_plan_sweeps_the_grid_marks_the_cheapest_plan_meeting_the_slo_and_writes_its_outputs(tmp_path):
+    done = run_cli(
+        "plan", str(TRACE), "--minutes", "3", "--replicas", "0", "1", "2", "--max-concurrency", "16", "64",
+        "--max-queue-ms", "0", "500", "--canary", "100", "--price-sweep", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = orjson.loads((tmp_path / "plan.json").read_bytes())
+    assert len(found["plans"]) == 1 + 2 * 2 * 2
+    labels = {p["plan"] for p in found["plans"]}
+    assert found["chosen"] in labels and found["runner_up"] in labels
+    chosen = next(p for p in found["plans"] if p["plan"] == found["chosen"])
+    meeting = [p for p in found["plans"] if p["slo_attainment"] >= 0.95]
+    assert chosen["cost_per_slo_success_usd"] == min(p["cost_per_slo_success_usd"] for p in meeting)
+    assert found["chosen"] in found["pareto"] and set(found["pareto"]) <= labels
+    dedicated = [p for p in found["plans"] if p["settings"]["replicas"] > 0]
+    assert all(p["break_even"]["gpu_hour_usd"] is not None for p in dedicated)
+    assert all(0 <= p["dedicated_utilization"] <= 1 for p in dedicated)
+    assert (tmp_path / "pareto.png").read_bytes().startswith(b"\x89PNG")
+    assert f"cheapest plan meeting the SLO: {found['chosen']}" in done.stdout
+    assert "wins below $/GPU-h" in done.stdout
+
+
+def test_plan_refuses_bad_input_with_a_clear_error(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    for args, message in (
+        ((str(empty),), "no rows"),
+        ((str(TRACE), "--config", str(tmp_path / "missing.yaml")), "cannot read"),
+        ((str(TRACE), "--price-sweep", "--replicas", "1"), "keep 0 in --replicas"),
+    ):
+        done = run_cli("plan", *args, "--minutes", "1", "--out", str(tmp_path / "out"))
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert message in done.stdout + done.stderr
+
+
+def test_a_replay_at_a_speed_the_gateway_was_not_time_lapsed_for_is_refused(tmp_path):
+    serverless = SimProfile(kind=Kind.SERVERLESS, name="sl", ttft=SERVERLESS_PRESETS["fast"])
+    with Sim(serverless) as sl:
+        config = tmp_path / "g.yaml"
+        config.write_text(
+            "auth: {allow_anonymous: true}\nstate: {window_s: 40}\nmodels:\n  m:\n"
+            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+        )
+        scaled = run_cli("replay", "--scale-config", str(config), "--speed", "4")
+        assert scaled.returncode == 0, scaled.stderr
+        assert yaml.safe_load(scaled.stdout)["time_scale"] == 4
+        lapsed = tmp_path / "g4.yaml"
+        lapsed.write_text(scaled.stdout)
+        replay = ("replay", str(TRACE), "--model", "m", "--minutes", "0.05", "--out", str(tmp_path / "o"))
+        with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
+            refused = run_cli(*replay, "--url", gw.url, "--speed", "4")
+        assert refused.returncode == 2 and "time_scale 1" in refused.stdout + refused.stderr
+        with CliProcess("serve", "--config", str(lapsed), "--port", "0") as gw:
+            accepted = run_cli(*replay, "--url", gw.url, "--speed", "4", "--config", str(config))
+        assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+        assert "per SLO-successful task" in accepted.stdout
+    too_fast = run_cli("replay", "--scale-config", str(config), "--speed", "8")
+    assert too_fast.returncode == 2 and "state.window_s" in too_fast.stdout + too_fast.stderr
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("plan", [Plan(0), Plan(1, 16)], ids=lambda p: p.label)
+def test_the_model_predicts_what_a_replay_through_the_real_gateway_measures(tmp_path, plan):
+    """Minute 3 of the code trace (531 requests of ~2,000 prompt tokens in one burst) at x4."""
+    found = compare("code", TRACE, 3, 1, plan, 4, tmp_path)
+    measured, predicted = found.measured, found.predicted
+    assert measured["client_kept_up"], measured["send_lag_ms"]
+    assert measured["succeeded"] == measured["requests"] == predicted["requests"] > 500
+    assert abs(found.attainment_points) <= 3, (predicted["slo_attainment"], measured["slo_attainment"])
+    assert abs(found.cost_ratio) <= 0.03, (predicted["cost_usd"], measured["cost_usd"])
+    assert abs(found.p95_ratio) <= 0.15, (predicted["ttft_ms"], measured["ttft_ms"])

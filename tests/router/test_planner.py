@@ -1,0 +1,165 @@
+"""`tidegate plan`'s model and choices (issue 17): the discrete-event model against hand-worked
+cases of the simulator's rules, the choice of plan, the Pareto front and the break-even price."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from router.calibration import DEDICATED, SERVERLESS, TtftDistribution
+from router.config import ConfigError
+from router.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route, simulate
+from router.planner.sweep import Grid, break_even, choose, evaluate, pareto
+from router.replay import Arrival, load, window
+from router.timelapse import scale_config
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+D = DEDICATED["deepseek-r1-h200"]
+# a serverless route with a fixed TTFT (no spread) so the cases below can be worked by hand
+S = dataclasses.replace(
+    SERVERLESS["deepseek-serverless"], ttft=TtftDistribution(0.5, 0.0, cold_range_s=(20.0, 20.0))
+)
+SYSTEM = System(D, S)
+
+
+def test_a_lone_request_sees_prefill_plus_overhead_then_one_decode_step_per_token():
+    [r] = simulate([Arrival(0.0, 16_500, 11)], Plan(1, 16), SYSTEM)
+    assert r["route"] == dedicated_route(0)
+    assert r["ttft_ms"] == pytest.approx(1000 * (1.0 + D.overhead_s))
+    step = D.itl_s + D.itl_per_seq_s * 1
+    assert r["e2e_ms"] == pytest.approx(r["ttft_ms"] + 1000 * 10 * step)
+
+
+def test_prompts_arriving_together_share_one_prefill_budget_in_order():
+    rows = [Arrival(0.0, 8_250, 2), Arrival(0.0, 8_250, 2), Arrival(0.0, 16_500, 2)]
+    first, second, third = simulate(rows, Plan(1, 16), SYSTEM)
+    assert first["ttft_ms"] == pytest.approx(1000 * (0.5 + D.overhead_s))
+    assert second["ttft_ms"] == pytest.approx(1000 * (1.0 + D.overhead_s))
+    assert third["ttft_ms"] == pytest.approx(1000 * (2.0 + D.overhead_s))
+
+
+def test_a_full_pool_spills_at_once_without_a_wait_in_line():
+    rows = [Arrival(0.0, 1000, 100), Arrival(0.01, 1000, 100)]
+    first, second = simulate(rows, Plan(1, 1), SYSTEM)
+    assert first["route"] == dedicated_route(0) and first["reason"] == "baseline"
+    assert second["route"] == SERVERLESS_ROUTE and second["reason"] == "saturated"
+    assert second["ttft_ms"] == pytest.approx(500)
+
+
+def test_a_wait_in_line_takes_the_slot_when_it_frees_in_time_and_spills_when_it_does_not():
+    quick = [Arrival(0.0, 1000, 2), Arrival(0.01, 1000, 2)]
+    _, waited = simulate(quick, Plan(1, 1, max_queue_ms=5000), SYSTEM)
+    assert waited["route"] == dedicated_route(0)
+    first_done_s = 1000 / D.prefill_tokens_per_s + D.overhead_s + D.itl_s + D.itl_per_seq_s
+    assert waited["ttft_ms"] > 1000 * (first_done_s - 0.01)  # it waited for the first to finish
+    slow = [Arrival(0.0, 1000, 2000), Arrival(0.01, 1000, 2)]
+    _, spilled = simulate(slow, Plan(1, 1, max_queue_ms=200), SYSTEM)
+    assert spilled["route"] == SERVERLESS_ROUTE and spilled["reason"] == "saturated"
+    assert spilled["ttft_ms"] == pytest.approx(200 + 500)  # the whole wait, then serverless
+
+
+def test_the_second_replica_takes_what_the_first_has_no_slot_for():
+    rows = [Arrival(0.0, 100, 50), Arrival(0.0, 100, 50), Arrival(0.0, 100, 50)]
+    routes = [r["route"] for r in simulate(rows, Plan(2, 1), SYSTEM)]
+    assert routes == [dedicated_route(0), dedicated_route(1), SERVERLESS_ROUTE]
+
+
+def test_the_canary_sends_its_share_to_dedicated():
+    rows = [Arrival(i * 10.0, 100, 2) for i in range(2000)]
+    records = simulate(rows, Plan(1, 64, canary_percent=30), SYSTEM, seed=3)
+    share = sum(r["route"] == dedicated_route(0) for r in records) / len(records)
+    assert 0.26 < share < 0.34
+    assert {r["reason"] for r in records if r["route"] == SERVERLESS_ROUTE} == {"canary_out"}
+
+
+def test_serverless_is_cold_after_an_idle_gap_longer_than_its_scale_to_zero():
+    gap = S.idle_to_cold_s
+    rows = [Arrival(0.0, 10, 2), Arrival(1.0, 10, 2), Arrival(1.0 + gap + 1, 10, 2), Arrival(gap + 3, 10, 2)]
+    ttfts = [r["ttft_ms"] for r in simulate(rows, Plan(0), SYSTEM)]
+    assert ttfts == pytest.approx([500, 500, 20_500, 500])
+
+
+def test_the_model_is_deterministic_for_a_seed_and_answers_every_row():
+    rows = window(load(TRACES / "AzureLLMInferenceTrace_code_20min.csv"), 3, 2)
+    one = simulate(rows, Plan(1, 16, 250, 75), System(D, SERVERLESS["deepseek-serverless"]), seed=5)
+    two = simulate(rows, Plan(1, 16, 250, 75), System(D, SERVERLESS["deepseek-serverless"]), seed=5)
+    assert one == two and len(one) == len(rows)
+    assert all(r["e2e_ms"] >= r["ttft_ms"] > 0 for r in one)
+
+
+def _result(name: str, attainment: float, per_success: float | None) -> dict:
+    return {"plan": name, "slo_attainment": attainment, "cost_per_slo_success_usd": per_success}
+
+
+def test_the_cheapest_plan_meeting_the_target_wins_and_the_reasons_name_the_others():
+    results = [
+        _result("cheap but slow", 0.90, 0.001),
+        _result("best", 0.97, 0.002),
+        _result("runner-up", 0.99, 0.003),
+    ]
+    verdict = choose(results, target=0.95)
+    assert verdict["chosen"] == "best" and verdict["runner_up"] == "runner-up"
+    assert "50.0% more" in verdict["why"] and "cheap but slow" in verdict["why"]
+    assert choose(results, target=0.999)["chosen"] is None
+    assert pareto(results) == ["cheap but slow", "best", "runner-up"]
+    assert pareto([*results, _result("dominated", 0.96, 0.0025)]) == ["cheap but slow", "best", "runner-up"]
+
+
+def test_at_its_break_even_gpu_price_a_plan_costs_what_all_serverless_does_per_success():
+    rows = window(load(TRACES / "AzureLLMInferenceTrace_conv_20min.csv"), 0, 3)
+    system = System(D, SERVERLESS["deepseek-serverless"])
+    figures = {"slo_ttft_ms": 2000.0, "span_s": 180.0}
+    plan, baseline = Plan(1, 64), evaluate(rows, Plan(0), system, **figures)
+    found = evaluate(rows, plan, system, **figures)
+    price = break_even(found, baseline, system)["gpu_hour_usd"]
+    assert price is not None and 0 < price < D.gpu_hour_usd
+    at_price = evaluate(
+        rows,
+        plan,
+        dataclasses.replace(system, dedicated=dataclasses.replace(D, gpu_hour_usd=price)),
+        **figures,
+    )
+    per = at_price["cost_usd"] / (at_price["slo_attainment"] * at_price["requests"])
+    base = baseline["cost_usd"] / (baseline["slo_attainment"] * baseline["requests"])
+    assert per == pytest.approx(base, rel=1e-3)
+
+
+def test_the_grid_holds_all_serverless_once_and_every_combination_otherwise():
+    plans = Grid(
+        replicas=(0, 1, 2), max_concurrency=(8, 16), max_queue_ms=(0,), canary_percent=(100, 50)
+    ).plans()
+    assert plans.count(Plan(0)) == 1 and len(plans) == 1 + 2 * 2 * 2
+    assert len({p.label for p in plans}) == len(plans)
+
+
+CONFIG = """
+auth: {allow_anonymous: true, admin_key: "${ADMIN_KEY}"}
+models:
+  m:
+    routing: {max_queue_ms: 1000}
+    slo: {ttft_p95_ms: 2000}
+    dedicated: [{name: d, base_url: "http://127.0.0.1:1/v1", model: x, max_concurrency: 4}]
+    serverless: [{name: s, base_url: "http://127.0.0.1:2/v1", model: x, timeouts: {ttft_s: 30}}]
+"""
+
+
+def test_a_time_lapsed_config_divides_every_time_constant_and_keeps_secrets_as_references():
+    env = {"ADMIN_KEY": "k" * 32}
+    text = scale_config(CONFIG + "state: {window_s: 100}\n", 5, env)
+    raw = yaml.safe_load(text)
+    assert raw["time_scale"] == 5
+    assert raw["auth"]["admin_key"] == "${ADMIN_KEY}"  # not the secret's value
+    model = raw["models"]["m"]
+    assert model["routing"]["max_queue_ms"] == 200
+    assert model["slo"]["dwell_s"] == 2  # a default, made explicit and divided
+    assert model["serverless"][0]["timeouts"]["ttft_s"] == 6
+    assert model["dedicated"][0]["timeouts"]["ttft_s"] == 12
+    assert raw["state"]["window_s"] == 20
+
+
+def test_a_time_lapse_below_a_constants_floor_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="window_s"):
+        scale_config(CONFIG, 10, {"ADMIN_KEY": "k" * 32})  # 60 s / 10 is under the 10 s slice
