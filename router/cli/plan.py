@@ -171,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         print("tidegate plan: no rows in that window", file=sys.stderr)
         return 2
     if args.price_sweep and 0 not in args.replicas:
-        print("tidegate plan: --price-sweep compares with all-serverless: keep 0 in --replicas", file=sys.stderr)
+        message = "--price-sweep compares with all-serverless: keep 0 in --replicas"
+        print(f"tidegate plan: {message}", file=sys.stderr)
         return 2
     span_s = (args.minutes * 60) if args.minutes is not None else rows[-1].at_s
     system = System(d, s, window_s=window_s, max_waiters=max_waiters)
