@@ -37,11 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 
 from router.calibration import DEDICATED, SERVERLESS
+from router.economics import token_cost_usd
 from router.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route
-from router.planner.sweep import choose, evaluate
+from router.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
 from router.replay import load, window
 from router.timelapse import scale_config
 
@@ -120,10 +122,20 @@ def gateway_config(plan: Plan, dedicated_urls: Sequence[str], serverless_url: st
     """The plan as a tidegate config, in trace time, routes named as the model names them."""
     d = DEDICATED["deepseek-r1-h200"]
     s = SERVERLESS["deepseek-serverless"]
+    priors = f", prefill_tokens_per_s: {d.prefill_tokens_per_s:g}, ttft_overhead_ms: {d.overhead_s * 1000:g}"
     dedicated = "".join(
         f"      - {{name: {dedicated_route(i)}, base_url: '{url}', model: m, "
-        f"max_concurrency: {plan.max_concurrency}, gpus: {d.gpus}, gpu_hour_usd: {d.gpu_hour_usd}}}\n"
+        f"max_concurrency: {plan.max_concurrency}, gpus: {d.gpus}, gpu_hour_usd: {d.gpu_hour_usd}"
+        f"{priors if plan.ttft_budget_ms is not None else ''}}}\n"
         for i, url in enumerate(dedicated_urls)
+    )
+    if plan.ttft_budget_ms is not None:
+        routing = "{admission: predicted_ttft}"
+        slo = f"    slo: {{ttft_budget_ms: {plan.ttft_budget_ms:g}}}\n"
+    else:
+        routing, slo = f"{{max_queue_ms: {plan.max_queue_ms:g}}}", ""
+    warm = (
+        f", keep_warm: {{interval_s: {plan.keep_warm_s:g}, max_usd_per_day: 100}}" if plan.keep_warm_s else ""
     )
     return (
         "auth: {allow_anonymous: true}\n"
@@ -131,18 +143,19 @@ def gateway_config(plan: Plan, dedicated_urls: Sequence[str], serverless_url: st
         "models:\n"
         f"  {MODEL}:\n"
         f"    canary_percent: {plan.canary_percent:g}\n"
-        f"    routing: {{max_queue_ms: {plan.max_queue_ms:g}}}\n"
+        f"    routing: {routing}\n"
+        + slo
         + (f"    dedicated:\n{dedicated}" if dedicated else "")
         + "    serverless:\n"
         f"      - {{name: {SERVERLESS_ROUTE}, base_url: '{serverless_url}', model: m, "
-        f"usd_per_mtok_in: {s.usd_per_mtok_in}, usd_per_mtok_out: {s.usd_per_mtok_out}}}\n"
+        f"usd_per_mtok_in: {s.usd_per_mtok_in}, usd_per_mtok_out: {s.usd_per_mtok_out}{warm}}}\n"
     )
 
 
 @contextmanager
-def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Iterator[tuple[str, Path]]:
-    """Simulators and a time-lapsed gateway for `plan`; yields the gateway URL and its
-    trace-time config (what the replay prices with)."""
+def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Iterator[tuple[str, Path, str]]:
+    """Simulators and a time-lapsed gateway for `plan`; yields the gateway URL, its
+    trace-time config (what the replay prices with) and the serverless simulator's URL."""
     common = ("--time-scale", f"{speed:g}", "--port", "0", "--tokens-per-write", "8")
     with ExitStack() as stack:
         dedicated = [
@@ -179,7 +192,7 @@ def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Ite
         gateway = stack.enter_context(
             _Process("--log-level", "warning", "serve", "--config", str(scaled), "--port", "0")
         )
-        yield gateway.url, config
+        yield gateway.url, config, serverless.url
 
 
 def model_system(speed: float) -> System:
@@ -196,7 +209,7 @@ def replay_plan(
 ) -> dict[str, Any]:
     """The plan measured: `tidegate replay` through the real system."""
     workdir.mkdir(parents=True, exist_ok=True)
-    with system_under_test(plan, speed, workdir, seed=7) as (url, config):
+    with system_under_test(plan, speed, workdir, seed=7) as (url, config, serverless_url):
         done = subprocess.run(
             [
                 sys.executable,
@@ -226,11 +239,21 @@ def replay_plan(
             text=True,
             timeout=minutes * 60 / speed + 300,
         )
+        served = httpx.get(serverless_url.removesuffix("/v1") + "/sim/stats", timeout=10).json()["requests"]
     if done.returncode not in (0, 3):
         raise RuntimeError(
             f"replay of {slice_name} {plan.label} failed:\n{done.stdout}\n{done.stderr[-2000:]}"
         )
-    return orjson.loads((workdir / "replay" / "replay.json").read_bytes())
+    found: dict[str, Any] = orjson.loads((workdir / "replay" / "replay.json").read_bytes())
+    if plan.keep_warm_s:  # the probes the simulator served beyond the replayed rows: spend
+        s = SERVERLESS["deepseek-serverless"]
+        probes = served - found["routes"].get(SERVERLESS_ROUTE, 0)
+        spend = probes * token_cost_usd(KEEP_WARM_PROMPT_TOKENS, 1, s.usd_per_mtok_in, s.usd_per_mtok_out)
+        successes = found["slo_attainment"] * found["requests"]
+        found |= {"keep_warm_probes": probes, "keep_warm_usd": round(spend, 6)}
+        found["cost_usd"] = round(found["cost_usd"] + spend, 6)
+        found["cost_per_slo_success_usd"] = round(found["cost_usd"] / successes, 8) if successes else None
+    return found
 
 
 def compare(
@@ -243,12 +266,19 @@ def compare(
 
 
 def parse_plan(label: str) -> Plan:
-    """`0` (all-serverless) or `R:C:Q:P` (replicas, max_concurrency, max_queue_ms, canary %)."""
+    """`0` (all-serverless) or `R:C:Q:P` (replicas, max_concurrency, max_queue_ms, canary %),
+    or `R:C:pB` (predicted-TTFT admission, budget B ms, ceiling C); `+wS` adds keep-warm every
+    S seconds (e.g. `1:256:p2000+w30`)."""
+    label, _, warm = label.partition("+w")
+    keep_warm_s = float(warm) if warm else 0.0
+    if ":p" in label:
+        replicas, ceiling, budget = label.replace("p", "").split(":")
+        return Plan(int(replicas), int(ceiling), ttft_budget_ms=float(budget), keep_warm_s=keep_warm_s)
     parts = [float(x) for x in label.split(":")]
     if len(parts) == 1:
-        return Plan(int(parts[0]))
+        return Plan(int(parts[0]), keep_warm_s=keep_warm_s)
     replicas, concurrency, queue, canary = ([*parts, 0.0, 100.0])[:4] if len(parts) == 2 else parts
-    return Plan(int(replicas), int(concurrency), queue, canary)
+    return Plan(int(replicas), int(concurrency), queue, canary, keep_warm_s=keep_warm_s)
 
 
 DEFAULT_PLANS = ("0", "1:16:0:100", "1:64:0:100", "1:32:1000:100")

@@ -13,7 +13,8 @@ the pool is full.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Generic, Protocol
 
@@ -28,6 +29,7 @@ class Reason(StrEnum):
     CIRCUIT_OPEN = "circuit_open"
     FAILOVER = "failover"  # an earlier target failed before the first byte
     SERVERLESS_ONLY = "serverless_only"  # the model has no dedicated endpoint
+    PREDICTED_SLOW = "predicted_slow"  # dedicated's predicted TTFT was over budget and serverless's better
 
     @property
     def is_spill(self) -> bool:
@@ -44,6 +46,7 @@ class RequestContext:
     model: str
     stream: bool
     stickiness_key: str | None
+    prompt_tokens: int = 0  # estimated from the body (router/openai.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,9 @@ class Decision(Generic[T]):
     targets: tuple[T, ...]
     reason: Reason
     queue_ms: float = 0.0
+    # pool -> the most prompt tokens it may have pending for prefill once this request is in:
+    # the store admits within it atomically (predicted-TTFT admission); absent: slots alone
+    admit_within: Mapping[str, int] = field(default_factory=dict)
 
 
 class Policy(Protocol):

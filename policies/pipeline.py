@@ -4,13 +4,15 @@ picker decides.
 Contract: a filter returns a non-empty subset of the candidates it was given (in their
 order) plus a reason when it removed something; the first filter reason wins over the
 picker's, because it explains why the preferred target was never considered (except
-`saturated` from the picker, which says the remaining dedicated pool was full too). A sorter
+`saturated` or `predicted_slow` from the picker, which say the remaining dedicated pool was
+full or predicted too slow too). A sorter
 returns a permutation of its candidates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from policies.base import Decision, Policy, Reason, RequestContext
@@ -56,6 +58,6 @@ class Pipeline:
         for sorter in self._sorters:
             candidates = sorter.sort(context, snapshot, candidates)
         decision = self._picker.decide(context, snapshot, candidates)
-        if reason is None or decision.reason is Reason.SATURATED:
+        if reason is None or decision.reason in (Reason.SATURATED, Reason.PREDICTED_SLOW):
             return decision
-        return Decision(decision.targets, reason, decision.queue_ms)
+        return replace(decision, reason=reason)

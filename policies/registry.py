@@ -19,6 +19,7 @@ from policies.dedicated_first import DedicatedFirst
 from policies.engine import EngineGate
 from policies.health import CircuitGate
 from policies.pipeline import Pipeline, Sorter
+from policies.predicted_ttft import Admission, PredictedTtftFirst
 from policies.serverless import FastestServerless, ServerlessOrder
 from policies.slo import SloGuard
 
@@ -36,6 +37,14 @@ class RoutingSettings(Protocol):
     @property
     def max_queue_ms(self) -> float: ...
 
+    @property
+    def admission(self) -> Admission: ...
+
+
+class SloBudget(Protocol):
+    @property
+    def admission_budget_ms(self) -> float | None: ...
+
 
 class ModelSettings(Protocol):
     @property
@@ -43,6 +52,9 @@ class ModelSettings(Protocol):
 
     @property
     def routing(self) -> RoutingSettings: ...
+
+    @property
+    def slo(self) -> SloBudget: ...
 
 
 PolicyFactory = Callable[[ModelSettings], Policy]
@@ -59,13 +71,31 @@ SERVERLESS_ORDERS: Mapping[ServerlessOrder, Callable[[RoutingSettings], tuple[So
 )
 
 
+def _budget_ms(model: ModelSettings) -> float:
+    budget = model.slo.admission_budget_ms
+    if budget is None:  # the config refuses predicted_ttft without a budget
+        raise ValueError("predicted_ttft admission needs slo.ttft_budget_ms (or slo.ttft_p95_ms)")
+    return budget
+
+
+PICKERS: Mapping[Admission, Callable[[ModelSettings], Policy]] = MappingProxyType(
+    {
+        Admission.SLOTS: lambda model: DedicatedFirst(model.routing.max_queue_ms),
+        Admission.PREDICTED_TTFT: lambda model: PredictedTtftFirst(
+            _budget_ms(model), model.routing.min_samples
+        ),
+    }
+)
+
+
 def _dedicated_first(model: ModelSettings) -> Policy:
     """canary gate -> circuit gate -> SLO guard -> engine signal -> serverless order ->
-    dedicated first (with the optional wait in line for a slot)."""
+    dedicated first: by free slots (with the optional wait in line for one), or by predicted
+    TTFT (`routing.admission`)."""
     return Pipeline(
         filters=(CanaryGate(model.canary_percent), CircuitGate(), SloGuard(), EngineGate()),
         sorters=SERVERLESS_ORDERS[model.routing.serverless](model.routing),
-        picker=DedicatedFirst(model.routing.max_queue_ms),
+        picker=PICKERS[model.routing.admission](model),
     )
 
 

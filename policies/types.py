@@ -55,6 +55,23 @@ class Figures:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefillModel:
+    """A dedicated pool's time to first token as a function of the prompt tokens ahead of it:
+    `overhead_ms` + tokens / `tokens_per_s` (learned from its measured TTFTs, or the prior)."""
+
+    tokens_per_s: float
+    overhead_ms: float
+    samples: int = 0  # the measurements it was fitted to; 0: the configured prior
+
+    def ttft_ms(self, tokens: float) -> float:
+        return self.overhead_ms + 1000.0 * tokens / self.tokens_per_s
+
+    def tokens_within(self, budget_ms: float) -> int:
+        """The most prompt tokens that can be waiting for prefill with the TTFT within budget."""
+        return max(0, int((budget_ms - self.overhead_ms) * self.tokens_per_s / 1000.0))
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the state store knows now. `now` is a monotonic time in seconds; `in_flight` maps a
     dedicated pool name to the leases held on it across every process sharing the store and
@@ -75,6 +92,9 @@ class Snapshot:
     # model -> serverless endpoint names, fastest first, as `tidegate probe --apply` measured
     # them: `fastest` orders routes without live figures by it
     probe_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # pool -> prompt tokens admitted and not yet at their first token (every process's)
+    pending_prompt_tokens: Mapping[str, int] = field(default_factory=dict)
+    prefill: Mapping[str, PrefillModel] = field(default_factory=dict)  # pool -> its TTFT model
 
     def queue_depth(self, pool: str) -> int:
         """Requests holding a slot on `pool` plus those in line for one."""

@@ -40,6 +40,7 @@ from router.errors import (
     error_body,
 )
 from router.feedback import feedback_route
+from router.keep_warm import KeepWarm
 from router.limits import InFlightLimit
 from router.records import Recorder
 from router.signals import Signals
@@ -109,6 +110,7 @@ def create_app(
     ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled)
     gauges = EconomicsGauges(config, store, telemetry.economics)
     controller = CanaryController(config, store, signals.snapshot, telemetry.registry)
+    keep_warm = KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s)
     dispatcher = Dispatcher(
         config,
         store,
@@ -133,16 +135,13 @@ def create_app(
             raise
         log.info("%s", auth_mode(config))
         await signals.start()
-        ledger.start()
-        gauges.start()
-        controller.start()
+        for service in (ledger, gauges, controller, keep_warm):
+            service.start()
         try:
             yield
         finally:
-            await controller.close()
-            await gauges.close()
-            await signals.close()
-            await ledger.close()
+            for running in (keep_warm, controller, gauges, signals, ledger):
+                await running.close()
             await upstream.aclose()
             await store.close()
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from policies.predicted_ttft import Admission
 from policies.serverless import ServerlessOrder
 from policies.types import EndpointKind, route_key
 
@@ -183,6 +184,10 @@ class DedicatedEndpoint(EndpointConfig):
     # (one replica's when 0), so a schedule scales the slots with the replicas (router/costs.py)
     replicas: Annotated[float, Field(ge=0)] = 1.0
     schedule: tuple[ScheduleEntry, ...] = ()  # other replica counts at fixed times of day (UTC)
+    # predicted-TTFT admission's prior for this pool, until its TTFTs are measured: TTFT =
+    # overhead + prompt tokens waiting for prefill / rate (router/prefill.py learns both)
+    prefill_tokens_per_s: Annotated[float, Field(gt=0)] = 8000.0
+    ttft_overhead_ms: Annotated[float, Field(ge=0)] = 50.0
 
     @model_validator(mode="after")
     def _schedule_windows_apart(self) -> DedicatedEndpoint:
@@ -207,9 +212,24 @@ class DedicatedEndpoint(EndpointConfig):
         return EndpointKind.DEDICATED
 
 
+class KeepWarmConfig(_Frozen):
+    """Keep a scale-to-zero serverless route warm: one `max_tokens: 1` request every
+    `interval_s` (set it under the provider's idle timeout), sent by exactly one gateway
+    replica, while `when` holds, up to `max_usd_per_day` (router/keep_warm.py)."""
+
+    interval_s: Annotated[float, Field(gt=0, le=3600)]
+    # always; or dedicated_busy: only while the model's dedicated slots in use are at least
+    # `busy_above` of its slots (a spill is plausible)
+    when: Literal["always", "dedicated_busy"] = "always"
+    busy_above: Annotated[float, Field(gt=0, le=1)] = 0.6
+    max_usd_per_day: Annotated[float, Field(ge=0)] = 1.0  # the probes stop for the UTC day past it
+    prompt_tokens: Annotated[int, Field(ge=1, le=1000)] = 8  # priced as this many input tokens
+
+
 class ServerlessEndpoint(EndpointConfig):
     usd_per_mtok_in: Annotated[float, Field(ge=0)] = 0.0
     usd_per_mtok_out: Annotated[float, Field(ge=0)] = 0.0
+    keep_warm: KeepWarmConfig | None = None
 
     @property
     def kind(self) -> EndpointKind:
@@ -230,9 +250,16 @@ class SloConfig(_Frozen):
     fewer than `min_samples`), never changing state within `dwell_s` of the last change."""
 
     ttft_p95_ms: Annotated[float, Field(gt=0)] | None = None  # None: no SLO guard
+    # predicted-TTFT admission admits to dedicated while the prediction fits this (ms);
+    # None: the SLO's p95 target
+    ttft_budget_ms: Annotated[float, Field(gt=0)] | None = None
     recover_ratio: Annotated[float, Field(gt=0, le=1)] = 0.8
     min_samples: Annotated[int, Field(ge=1)] = 20
     dwell_s: Annotated[float, Field(ge=0)] = 10.0
+
+    @property
+    def admission_budget_ms(self) -> float | None:
+        return self.ttft_budget_ms if self.ttft_budget_ms is not None else self.ttft_p95_ms
 
 
 class ResponseModel(StrEnum):
@@ -245,6 +272,7 @@ class RoutingConfig(_Frozen):
     min_samples: Annotated[int, Field(ge=1)] = 20  # before `fastest` trusts a route's figures
     explore_percent: Annotated[float, Field(ge=0, le=100)] = 5.0  # keys sent to unmeasured routes
     max_queue_ms: Annotated[float, Field(ge=0, le=10_000)] = 0.0  # wait for a dedicated slot; 0: spill
+    admission: Admission = Admission.SLOTS  # or predicted_ttft (policies/predicted_ttft.py)
 
 
 class RetryConfig(_Frozen):
@@ -448,6 +476,25 @@ def _describe(err: Any) -> str:
     return f"{path or 'top level'}: {message} (found {shown})"
 
 
+def _admission_problems(name: str, model: ModelConfig) -> list[str]:
+    """Predicted-TTFT admission needs a budget, and replaces the wait in line (it decides
+    once between the dedicated queue and spilling): a config with both is ambiguous."""
+    if model.routing.admission is not Admission.PREDICTED_TTFT:
+        return []
+    problems = []
+    if model.slo.admission_budget_ms is None:
+        problems.append(
+            f"models.{name}.slo.ttft_budget_ms: routing.admission predicted_ttft needs a TTFT budget "
+            "(ttft_budget_ms, or ttft_p95_ms)"
+        )
+    if model.routing.max_queue_ms > 0:
+        problems.append(
+            f"models.{name}.routing.max_queue_ms: must be 0 with admission predicted_ttft, which decides "
+            "once between the dedicated queue and spilling instead of waiting in line"
+        )
+    return problems
+
+
 def _check_endpoints(config: GatewayConfig) -> None:
     """Endpoint names are unique in a model; a dedicated name shared by models is one pool."""
     problems: list[str] = []
@@ -461,6 +508,7 @@ def _check_endpoints(config: GatewayConfig) -> None:
                 f"models.{model_name}.canary: the controller compares dedicated with serverless; "
                 "the model needs at least one of each"
             )
+        problems += _admission_problems(model_name, model)
         for endpoint in model.endpoints:
             if endpoint.name in seen:
                 problems.append(f"models.{model_name}: endpoint name {endpoint.name!r} is used twice")

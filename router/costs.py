@@ -110,11 +110,18 @@ def route_costs(endpoint: DedicatedEndpoint | ServerlessEndpoint, c: Counts, spa
             "wasted_busy_s": round(wasted_s, 3),
         }
     else:
-        cost = c.get("cost_usd", 0.0)
+        # keep-warm probes are spend on the route, never requests or tasks (router/keep_warm.py)
+        keep_warm_usd = c.get("keep_warm_usd", 0.0)
+        cost = c.get("cost_usd", 0.0) + keep_warm_usd
         entry |= {
             "cost_usd": _usd(cost),
             "wasted_usd": _usd(c.get("wasted_usd", 0.0)),
             "tokens_estimated_requests": int(c.get("tokens_estimated", 0)),
+            "keep_warm": {
+                "probes": int(c.get("keep_warm", 0)),
+                "failed": int(c.get("keep_warm_failed", 0)),
+                "cost_usd": _usd(keep_warm_usd),
+            },
         }
     entry["cost_per_successful_task_usd"] = _usd(per_success(cost, tasks_ok))
     return entry

@@ -23,6 +23,7 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from policies.base import Policy, RequestContext
+from policies.predicted_ttft import Admission
 from policies.types import route_key
 from router.attempts import Walk, tidegate_headers
 from router.bookkeeping import Books, end_span
@@ -84,6 +85,8 @@ class Leases(Protocol):
 
     async def release(self, lease: Lease) -> None: ...
 
+    async def prefilled(self, lease: Lease) -> None: ...
+
 
 class Dispatcher:
     """Serves a request over a model's targets. Its collaborators are built and wired once,
@@ -111,6 +114,7 @@ class Dispatcher:
         self._upstream = upstream
         self._books = books
         self._policies = policies
+        self._background: set[asyncio.Task[None]] = set()  # prefill ends being recorded
         # per (model, endpoint): the rewrite of an answer's model to the requested name
         self._renamers = {
             (name, e.name): None
@@ -139,7 +143,8 @@ class Dispatcher:
         key = _stickiness(request, headers)
         request_id = f"req_{random.getrandbits(96):024x}"
         task_id = _task_id(headers) or request_id
-        context = RequestContext(request.model, request.stream, key)
+        predicted = config.routing.admission is Admission.PREDICTED_TTFT
+        context = RequestContext(request.model, request.stream, key, request.prompt_tokens)
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
@@ -157,6 +162,8 @@ class Dispatcher:
             decision.queue_ms,
             request_id,
             task_id,
+            decision.admit_within,
+            request.prompt_tokens if predicted else 0,
         )
         job = Job(facts, Walk(decision.targets, decision.reason))
         self._body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
@@ -302,7 +309,14 @@ class Dispatcher:
     async def _acquire(self, job: Job, target: DedicatedEndpoint, *, first: bool) -> Lease | None:
         """A slot on `target`; the first try may wait in line as long as the policy allowed."""
         wait_s = job.facts.queue_ms / 1000.0 if first else 0.0
-        slots = Slots(target.max_concurrency, job.facts.request.sequences, target.max_waiters)
+        facts = job.facts
+        slots = Slots(
+            target.max_concurrency,
+            facts.request.sequences,
+            target.max_waiters,
+            facts.prompt_tokens,
+            facts.admit_within.get(target.name),
+        )
         if wait_s <= 0:
             return await self._store.try_acquire(target.name, slots)
         started = time.monotonic()
@@ -342,6 +356,8 @@ class Dispatcher:
         except UpstreamFailure:
             await response.aclose()
             raise
+        if lease is not None and lease.prompt_tokens > 0:
+            self._prefilled(job, lease)
         relayed = relay_stream(relay, first, chunks, expect_done=done_terminated)
 
         async def close() -> None:
@@ -379,6 +395,15 @@ class Dispatcher:
         headers["content-type"] = "application/json"
         self._books.record(job, job.walk.last, exc.status_code, Measures(error=type(exc).__name__), outcome)
         return Reply(exc.status_code, headers, exc.body())
+
+    def _prefilled(self, job: Job, lease: Lease) -> None:
+        """The first event is here: the prompt is prefilled. Teach the pool's prefill model,
+        and take the tokens off its pending count in the background (not on the TTFT path;
+        the release takes them off too, whichever comes first)."""
+        self._signals.first_token(lease.pool, lease.pending_at_admit, ms_since(job.attempt_started))
+        task = asyncio.get_running_loop().create_task(self._store.prefilled(lease))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _release(self, lease: Lease | None) -> None:
         if lease is not None:

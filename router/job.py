@@ -4,7 +4,7 @@ targets (router/attempts.py), and what its attempts measured so far."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.trace import Span
@@ -32,6 +32,8 @@ class Facts:
     queue_ms: float  # how long the policy lets the first dedicated target keep it in line
     request_id: str  # x-tidegate-request-id
     task_id: str  # the client's x-tidegate-task-id, else request_id (a task of its own)
+    admit_within: Mapping[str, int]  # pool -> most pending prompt tokens (predicted-TTFT admission)
+    prompt_tokens: int  # counted as pending prefill on a dedicated pool (0: not counted)
 
 
 @dataclass(slots=True)

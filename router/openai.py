@@ -47,8 +47,10 @@ class RequestPeek:
     user: str | None
     wants_usage: bool
     sequences: int = 1  # what the engine generates at once: max(n, best_of)
+    prompt_tokens: int = 1  # a fast estimate (body bytes / 4) for predicted-TTFT admission
 
 
+BYTES_PER_TOKEN = 4  # an English-text rule of thumb; the prefill model learns in these units
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
@@ -91,6 +93,7 @@ def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> Reque
             _bounded(payload, "n", max_n, "limits.max_n") or 1,
             _bounded(payload, "best_of", max_n, "limits.max_n") or 1,
         ),
+        prompt_tokens=max(1, len(body) // BYTES_PER_TOKEN),
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from policies.base import Reason
 from router.economics import token_cost_usd
 from router.probe import percentile
 
@@ -137,7 +138,7 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return percentile(values, q) if values else None
 
 
-SPILL_REASONS = frozenset({"saturated", "slo_breach", "canary_out", "circuit_open", "failover"})
+SPILL_REASONS = frozenset(r.value for r in Reason if r.is_spill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,7 @@ class Pricing:
     dedicated_slots: int  # every dedicated replica's max_concurrency together
     dedicated_routes: frozenset[str]
     serverless_usd_per_mtok: Mapping[str, tuple[float, float]]  # route -> (input, output)
+    keep_warm_usd: float = 0.0  # keep-warm probes over the window: spend, not tasks
 
 
 def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) -> dict[str, Any]:
@@ -175,7 +177,8 @@ def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) ->
         "span_s": span_s,
         "dedicated_usd": round(dedicated_usd, 6),
         "serverless_usd": round(serverless_usd, 6),
-        "cost_usd": round(dedicated_usd + serverless_usd, 6),
+        "keep_warm_usd": round(pricing.keep_warm_usd, 6),
+        "cost_usd": round(dedicated_usd + serverless_usd + pricing.keep_warm_usd, 6),
         "dedicated_utilization": round(busy_s / provisioned, 4) if provisioned > 0 else None,
     }
 

@@ -156,6 +156,17 @@ def build_routes_report(
                 busy_s = c.get("busy_ms", 0.0) / 1000
                 capacity_s = provisioned(endpoint, span.start, span.end).capacity_s
                 entry["utilization"] = round(busy_s / capacity_s, 4) if capacity_s > 0 else 0.0
+                prefill = snapshot.prefill.get(endpoint.name)
+                if prefill is not None:  # predicted-TTFT admission: what it predicts from
+                    entry["pending_prompt_tokens"] = snapshot.pending_prompt_tokens.get(endpoint.name, 0)
+                    entry["prefill_model"] = {
+                        "tokens_per_s": round(prefill.tokens_per_s, 1),
+                        "overhead_ms": round(prefill.overhead_ms, 1),
+                        "samples": prefill.samples,
+                    }
+            if c.get("keep_warm"):
+                failed = int(c.get("keep_warm_failed", 0))
+                entry["keep_warm"] = {"probes": int(c["keep_warm"]), "failed": failed}
             per_route[endpoint.name] = entry
         per_route_counts = [counts.get(route_key(name, e.name), {}) for e in model.endpoints]
         per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))

@@ -26,10 +26,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from policies.engine import EngineLatches, EngineSample, engine_step
 from policies.hysteresis import Latch
+from policies.predicted_ttft import Admission
 from policies.slo import slo_step
-from policies.types import Snapshot, route_key
+from policies.types import PrefillModel, Snapshot, route_key
 from router.config import EngineSignalConfig, GatewayConfig, SloConfig
 from router.periodic import every
+from router.prefill import PrefillLearner
 
 log = logging.getLogger("tidegate.signals")
 
@@ -91,12 +93,26 @@ class Signals:
         self.slo_breached: frozenset[str] = frozenset()
         self.engine_saturated: frozenset[str] = frozenset()
         self._tasks: list[asyncio.Task[None]] = []
+        predicted = [m for m in config.models.values() if m.routing.admission is Admission.PREDICTED_TTFT]
+        priors = {
+            d.name: PrefillModel(d.prefill_tokens_per_s, d.ttft_overhead_ms)
+            for m in predicted
+            for d in m.dedicated
+        }
+        self._prefill = PrefillLearner(priors)
+        self._predicting = bool(predicted)
 
     def snapshot(self) -> Snapshot:
         snapshot = self._store.snapshot()
+        if self._predicting:
+            snapshot = replace(snapshot, prefill=self._prefill.models)
         if not (self.slo_breached or self.engine_saturated):
             return snapshot
         return replace(snapshot, slo_breached=self.slo_breached, engine_saturated=self.engine_saturated)
+
+    def first_token(self, pool: str, pending_tokens: int, ttft_ms: float) -> None:
+        """A measurement for the pool's prefill model (predicted-TTFT admission)."""
+        self._prefill.sample(pool, pending_tokens, ttft_ms)
 
     def dispatched(self, pool: str) -> None:
         if pool in self._engines:
@@ -126,6 +142,8 @@ class Signals:
             self._engine_latches[pool], spill = engine_step(latches, self.engine_sample(pool), signal, now)
             if spill:
                 saturated.add(pool)
+        if self._predicting:
+            self._prefill.fit()
         breached = frozenset(r for r, latch in self._slo_latches.items() if latch.on)
         self._log_changes(breached, frozenset(saturated))
         self.slo_breached, self.engine_saturated = breached, frozenset(saturated)

@@ -23,6 +23,7 @@ from router.config import (
     BreakerConfig,
     CanaryControllerConfig,
     EngineSignalConfig,
+    KeepWarmConfig,
     LimitsConfig,
     RetryConfig,
     RoutingConfig,
@@ -48,6 +49,7 @@ _ENDPOINT: _Sections = (("timeouts", TimeoutsConfig, ("ttft_s", "idle_s", "total
 _OPTIONAL_MODEL: _Sections = (("canary", CanaryControllerConfig, ("interval_s",)),)
 _OPTIONAL_ENDPOINT: _Sections = (
     ("engine_signal", EngineSignalConfig, ("interval_s", "stale_after_s", "dwell_s")),
+    ("keep_warm", KeepWarmConfig, ("interval_s",)),
 )
 
 

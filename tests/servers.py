@@ -246,9 +246,9 @@ class RedisClusterServers:
     def node_of(self, key: str) -> int:
         """The port of the master that holds `key`."""
         slot = redis.Redis(port=self.nodes[0].port).cluster("keyslot", key)
-        for start, end, (_host, port, *_rest), *_replicas in redis.Redis(port=self.nodes[0].port).execute_command(
-            "CLUSTER SLOTS"
-        ):
+        for start, end, (_host, port, *_rest), *_replicas in redis.Redis(
+            port=self.nodes[0].port
+        ).execute_command("CLUSTER SLOTS"):
             if start <= slot <= end:
                 return int(port)
         raise AssertionError(f"no node serves slot {slot}")

@@ -150,6 +150,8 @@ def _grid(args: argparse.Namespace) -> Grid:
         max_concurrency=args.max_concurrency,
         max_queue_ms=args.max_queue_ms,
         canary_percent=args.canary,
+        ttft_budget_ms=args.ttft_budget_ms,
+        keep_warm_s=args.keep_warm_s,
     )
 
 
@@ -356,6 +358,20 @@ def add_parser(commands: Any) -> None:
     plan.add_argument("--max-concurrency", type=int, nargs="+", default=list(grid.max_concurrency))
     plan.add_argument("--max-queue-ms", type=float, nargs="+", default=list(grid.max_queue_ms))
     plan.add_argument("--canary", type=float, nargs="+", default=list(grid.canary_percent), help="percent")
+    plan.add_argument(
+        "--ttft-budget-ms",
+        type=float,
+        nargs="*",
+        default=list(grid.ttft_budget_ms),
+        help="also predicted-TTFT admission at these budgets (ceiling: the largest --max-concurrency)",
+    )
+    plan.add_argument(
+        "--keep-warm-s",
+        type=float,
+        nargs="+",
+        default=list(grid.keep_warm_s),
+        help="serverless keep-warm intervals to try (0: off)",
+    )
     plan.add_argument(
         "--price-sweep", action="store_true", help="the prices at which each plan beats all-serverless"
     )

@@ -38,10 +38,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from router.config import ConfigError, GatewayConfig, load_config
+from router.openai import BYTES_PER_TOKEN
 from router.replay import Arrival, Pricing, load, scale_rate, summary, window
 from router.timelapse import scale_config
 
 LAG_P99_MS = 50.0  # a sender later than this at p99 did not keep up
+
+
+_BODY_BYTES = 120  # a replayed request's JSON around its prompt
+
+
+def prompt(index: int, tokens: int) -> str:
+    """A prompt whose body is about `tokens` tokens long by the gateway's estimate (router/
+    openai.py: bytes / 4), so predicted-TTFT admission sees the trace's prompt sizes; the
+    simulator takes the exact count from `x-sim-prompt-tokens`."""
+    head = f"replayed row {index} "
+    return head + "x" * max(0, BYTES_PER_TOKEN * tokens - _BODY_BYTES - len(head))
 
 
 async def send(
@@ -50,7 +62,7 @@ async def send(
     body = orjson.dumps(
         {
             "model": model,
-            "messages": [{"role": "user", "content": f"replayed row {index}"}],
+            "messages": [{"role": "user", "content": prompt(index, row.input_tokens)}],
             "stream": True,
             "stream_options": {"include_usage": True},
         }

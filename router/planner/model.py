@@ -51,13 +51,25 @@ class Plan:
     max_concurrency: int = 16  # slots per replica (the gateway's max_concurrency per endpoint)
     max_queue_ms: float = 0.0  # routing.max_queue_ms
     canary_percent: float = 100.0
+    # routing.admission predicted_ttft with this slo.ttft_budget_ms (None: slots alone);
+    # max_concurrency is then only the ceiling
+    ttft_budget_ms: float | None = None
+    keep_warm_s: float = 0.0  # serverless keep-warm: a 1-token request this often (0: off)
 
     @property
     def label(self) -> str:
         if self.replicas == 0:
-            return "all-serverless"
+            return "all-serverless" + self._warm
         canary = "" if self.canary_percent >= 100 else f" canary {self.canary_percent:g}%"
-        return f"{self.replicas}x ded c={self.max_concurrency} q={self.max_queue_ms:g}ms{canary}"
+        if self.ttft_budget_ms is not None:
+            admission = f"predicted<={self.ttft_budget_ms:g}ms c<={self.max_concurrency}"
+        else:
+            admission = f"c={self.max_concurrency} q={self.max_queue_ms:g}ms"
+        return f"{self.replicas}x ded {admission}{canary}{self._warm}"
+
+    @property
+    def _warm(self) -> str:
+        return f" warm/{self.keep_warm_s:g}s" if self.keep_warm_s > 0 else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +79,7 @@ class System:
     window_s: float = 60.0  # the gateway's latency window (state.window_s), in trace seconds
     max_waiters: int = 64  # per dedicated endpoint (max_waiters)
     gateway_overhead_s: float = 0.0  # added to every TTFT: the gateway's own time
+    min_samples: int = 20  # routing.min_samples: before a route's windowed figures are trusted
 
 
 @dataclass(slots=True)
@@ -91,6 +104,7 @@ class _Replica:
     decoding: list[tuple[float, int]] = field(default_factory=list)  # (finish tag, request)
     engine_queue: deque[int] = field(default_factory=deque)
     version: int = 0
+    pending_tokens: int = 0  # admitted, not yet at the first token (predicted-TTFT admission)
 
 
 class _Run:
@@ -112,11 +126,14 @@ class _Run:
     def records(self) -> list[dict[str, Any]]:
         for r in self._requests:
             self._push(r.arrival.at_s, "arrive", r.index)
+        for at in keep_warm_times(self._plan, self._requests[-1].arrival.at_s if self._requests else 0.0):
+            self._push(at, "warm", 0)
         handlers = {
             "arrive": self._arrive,
             "first": self._first_token,
             "decode": self._decode_check,
             "timeout": self._timeout,
+            "warm": self._warm,
         }
         while self._events:
             now, _, kind, a, b = heapq.heappop(self._events)
@@ -137,6 +154,9 @@ class _Run:
         if plan.canary_percent < 100 and self._rng.random() * 100 >= plan.canary_percent:
             self._serverless(now, request, "canary_out")
             return
+        if plan.ttft_budget_ms is not None:
+            self._predicted(now, request, plan.ttft_budget_ms)
+            return
         for replica in self._replicas:
             if replica.slots_used < plan.max_concurrency:
                 replica.slots_used += 1
@@ -153,6 +173,45 @@ class _Run:
             self._push(now + plan.max_queue_ms / 1000, "timeout", index)
             return
         self._serverless(now, request, "saturated")
+
+    def _predicted(self, now: float, request: _Request, budget_ms: float) -> None:
+        """policies/predicted_ttft.py with the calibration's own prefill figures (what the
+        gateway's learner converges to): the first replica whose predicted TTFT fits the
+        budget; else, once, the quicker of the best replica's queue and serverless."""
+        d = self._system.dedicated
+        tokens = request.arrival.input_tokens
+        open_ = [r for r in self._replicas if r.slots_used < self._plan.max_concurrency]
+        if not open_:
+            self._serverless(now, request, "saturated")
+            return
+
+        def predicted_ms(replica: _Replica) -> float:
+            return 1000 * (d.overhead_s + (replica.pending_tokens + tokens) / d.prefill_tokens_per_s)
+
+        for replica in open_:
+            if predicted_ms(replica) <= budget_ms:
+                self._take(now, replica, request)
+                return
+        best = min(open_, key=predicted_ms)
+        if predicted_ms(best) < self._spill_median_ms(now, budget_ms):
+            self._take(now, best, request)
+        else:
+            self._serverless(now, request, "predicted_slow")
+
+    def _take(self, now: float, replica: _Replica, request: _Request) -> None:
+        replica.slots_used += 1
+        replica.pending_tokens += request.arrival.input_tokens
+        request.reason = "baseline"
+        self._admit(now, replica, request)
+
+    def _spill_median_ms(self, now: float, budget_ms: float) -> float:
+        """The serverless route's windowed median TTFT; under `min_samples`, the budget."""
+        horizon = now - self._system.window_s
+        while self._ttft_window and self._ttft_window[0][0] < horizon:
+            self._ttft_window.popleft()
+        if len(self._ttft_window) < self._system.min_samples:
+            return budget_ms
+        return 1000 * percentile([t for _, t in self._ttft_window], 50)
 
     def _worth_waiting(self, now: float) -> bool:
         """policies.dedicated_first.worth_waiting_ms over the windowed figures."""
@@ -185,6 +244,11 @@ class _Run:
             self._admit(now, replica, waiter)
 
     # serverless ----------------------------------------------------------------------------
+
+    def _warm(self, now: float, _: int, __: int) -> None:
+        """A keep-warm probe: the provider saw a request (its own cold start, if any, is the
+        probe's, and probes are not latency samples)."""
+        self._serverless_last_seen = now
 
     def _serverless(self, now: float, request: _Request, reason: str) -> None:
         s = self._system.serverless
@@ -227,6 +291,8 @@ class _Run:
     def _first_token(self, now: float, replica_index: int, index: int) -> None:
         replica = self._replicas[replica_index]
         request = self._requests[index]
+        if self._plan.ttft_budget_ms is not None:
+            replica.pending_tokens -= request.arrival.input_tokens
         self._advance(now, replica)
         remaining = request.arrival.output_tokens - 1
         if remaining <= 0:
@@ -276,6 +342,14 @@ class _Run:
             "e2e_ms": (r.done_at - r.arrival.at_s + overhead) * 1000,
             "lag_ms": 0.0,
         }
+
+
+def keep_warm_times(plan: Plan, until_s: float) -> list[float]:
+    """When the keep-warm probes go out over a trace ending at `until_s` (router/keep_warm.py,
+    `when: always`: from the start, every `keep_warm_s`)."""
+    if plan.keep_warm_s <= 0 or plan.replicas < 0:
+        return []
+    return [i * plan.keep_warm_s for i in range(int(until_s // plan.keep_warm_s) + 1)]
 
 
 def simulate(arrivals: Sequence[Arrival], plan: Plan, system: System, seed: int = 0) -> list[dict[str, Any]]:

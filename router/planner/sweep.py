@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from router.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route, simulate
+from router.economics import token_cost_usd
+from router.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route, keep_warm_times, simulate
 from router.replay import Arrival, Pricing, summary
 
 
@@ -25,26 +26,41 @@ class Grid:
     max_concurrency: Sequence[int] = (8, 16, 32, 64)
     max_queue_ms: Sequence[float] = (0.0, 250.0, 1000.0)
     canary_percent: Sequence[float] = (100.0, 75.0, 50.0)
+    # predicted-TTFT admission (routing.admission predicted_ttft) at these budgets, with the
+    # largest max_concurrency as its ceiling; empty: slots only
+    ttft_budget_ms: Sequence[float] = ()
+    keep_warm_s: Sequence[float] = (0.0,)  # serverless keep-warm interval (0: off)
 
     def plans(self) -> list[Plan]:
-        """Every combination; a plan without dedicated replicas once (its knobs do nothing)."""
+        """Every combination; a plan without dedicated replicas once per keep-warm setting
+        (the other knobs do nothing there)."""
         found: list[Plan] = []
-        for replicas in sorted(set(self.replicas)):
-            if replicas == 0:
-                found.append(Plan(0))
-                continue
-            for c, q, p in itertools.product(self.max_concurrency, self.max_queue_ms, self.canary_percent):
-                found.append(Plan(replicas, c, q, p))
+        for warm in self.keep_warm_s:
+            for replicas in sorted(set(self.replicas)):
+                if replicas == 0:
+                    found.append(Plan(0, keep_warm_s=warm))
+                    continue
+                for c, q, p in itertools.product(
+                    self.max_concurrency, self.max_queue_ms, self.canary_percent
+                ):
+                    found.append(Plan(replicas, c, q, p, keep_warm_s=warm))
+                for budget, p in itertools.product(self.ttft_budget_ms, self.canary_percent):
+                    found.append(Plan(replicas, max(self.max_concurrency), 0.0, p, budget, warm))
         return found
 
 
-def pricing(plan: Plan, system: System) -> Pricing:
+KEEP_WARM_PROMPT_TOKENS = 8  # keep_warm.prompt_tokens' default: a probe's priced input
+
+
+def pricing(plan: Plan, system: System, until_s: float = 0.0) -> Pricing:
     s = system.serverless
+    probe_usd = token_cost_usd(KEEP_WARM_PROMPT_TOKENS, 1, s.usd_per_mtok_in, s.usd_per_mtok_out)
     return Pricing(
         dedicated_usd_per_hour=plan.replicas * system.dedicated.usd_per_hour,
         dedicated_slots=plan.replicas * plan.max_concurrency,
         dedicated_routes=frozenset(dedicated_route(i) for i in range(plan.replicas)),
         serverless_usd_per_mtok={SERVERLESS_ROUTE: (s.usd_per_mtok_in, s.usd_per_mtok_out)},
+        keep_warm_usd=len(keep_warm_times(plan, until_s)) * probe_usd,
     )
 
 
@@ -59,7 +75,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """One plan's predicted figures: the replay summary of the model's records."""
     records = simulate(arrivals, plan, system, seed)
-    costed = pricing(plan, system)
+    costed = pricing(plan, system, arrivals[-1].at_s if arrivals else 0.0)
     found = summary(records, slo_ttft_ms, lag_p99_ms=math.inf, pricing=costed, span_s=span_s)
     found.pop("client_kept_up", None)
     found.pop("send_lag_ms", None)
@@ -72,6 +88,9 @@ def _settings(plan: Plan) -> dict[str, Any]:
         "max_concurrency": plan.max_concurrency,
         "max_queue_ms": plan.max_queue_ms,
         "canary_percent": plan.canary_percent,
+        "admission": "slots" if plan.ttft_budget_ms is None else "predicted_ttft",
+        "ttft_budget_ms": plan.ttft_budget_ms,
+        "keep_warm_s": plan.keep_warm_s,
     }
 
 

@@ -10,6 +10,10 @@ Contract, for every implementation:
   Whatever ends an acquire (an error, a cancellation, a timeout on the client side of a
   store that still runs the call), no slot is left held by a token nobody knows.
 - `release(lease)` is idempotent and never raises for a lease that is already gone.
+- A lease's `prompt_tokens` count as the pool's pending prefill from its admission until
+  `prefilled(lease)` (its first token) or its release, whichever comes first, and an acquire
+  with `max_pending_tokens` admits only within it, atomically like the slots. No path (an
+  error, a cancellation, an expired lease) leaves tokens pending for a lease nobody holds.
 - `snapshot()` is cheap enough for every request (no I/O on the request path); its
   figures may lag the truth by the store's refresh interval.
 - `observe(route, metric, value_ms)` does no I/O: samples are merged into the shared latency
@@ -39,6 +43,11 @@ class Slots:
     capacity: int
     weight: int = 1
     max_waiters: int = 64
+    # predicted-TTFT admission: this request's prompt tokens, counted as pending prefill on the
+    # pool until its first token; admitted only while the pool's pending tokens with these stay
+    # within `max_pending_tokens` (or the pool has none pending: a lone prompt always fits)
+    prompt_tokens: int = 0
+    max_pending_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,8 @@ class Lease:
     pool: str
     token: str
     weight: int = 1
+    prompt_tokens: int = 0  # pending prefill on the pool until `prefilled` or `release`
+    pending_at_admit: int = 0  # the pool's pending prompt tokens right after this admission
 
 
 def members(token: str, weight: int) -> list[str]:
@@ -74,6 +85,10 @@ class StateStore(Protocol):
     async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None: ...
 
     async def release(self, lease: Lease) -> None: ...
+
+    async def prefilled(self, lease: Lease) -> None:
+        """The lease's request has its first token: its prompt tokens are no longer pending.
+        Idempotent; never raises."""
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None: ...
 
@@ -113,11 +128,11 @@ class StateStore(Protocol):
         """See router/tasks.py (TaskStore). StoreUnavailable when the shared store cannot be
         reached."""
 
-    async def lead(self, token: str, ttl_s: float) -> bool:
-        """Take or renew the canary controller's leader lease for `ttl_s`; True while `token`
-        holds it. StoreUnavailable when the shared store cannot be reached."""
+    async def lead(self, token: str, ttl_s: float, role: str = "canary") -> bool:
+        """Take or renew the leader lease of `role` (the canary controller's, keep-warm's) for
+        `ttl_s`; True while `token` holds it. StoreUnavailable when the store is away."""
 
-    async def resign(self, token: str) -> None:
+    async def resign(self, token: str, role: str = "canary") -> None:
         """Give the lease up if `token` holds it (a clean shutdown hands over at once)."""
 
     async def canary_run(self, model: str) -> tuple[int, bytes | None]:

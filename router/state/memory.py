@@ -51,13 +51,15 @@ class MemoryStore:
         self._requests: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._max_tasks = max_tasks
         self._probes: dict[str, bytes] = {}  # model -> the applied probe ranking (JSON)
-        self._leader: tuple[str, float] = ("", 0.0)  # the canary controller's (token, until)
+        self._leaders: dict[str, tuple[str, float]] = {}  # role -> (token, until)
         self._runs: dict[str, tuple[int, bytes | None]] = {}  # model -> (version, run JSON)
         self._history: dict[str, deque[bytes]] = {}
         self._held: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> weight
         self._used: defaultdict[str, int] = defaultdict(int)  # pool -> slots held
         self._capacity: dict[str, int] = {}
-        self._queues: defaultdict[str, deque[tuple[asyncio.Future[Lease], int]]] = defaultdict(deque)
+        self._pending: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> tokens
+        self._pending_sum: defaultdict[str, int] = defaultdict(int)
+        self._queues: defaultdict[str, deque[tuple[asyncio.Future[Lease], int, int]]] = defaultdict(deque)
         self._tokens = itertools.count()
         self._canary: dict[str, float] = {}
         self._circuits: dict[str, tuple[float, int]] = {}  # route -> (cooldown end, trips)
@@ -73,11 +75,13 @@ class MemoryStore:
         self._capacity[pool] = slots.capacity
         queue = self._queues[pool]
         if self._used[pool] + slots.weight <= slots.capacity and not queue:
-            return self._grant(pool, slots.weight)
+            if not self._prefill_fits(pool, slots):
+                return None
+            return self._grant(pool, slots.weight, slots.prompt_tokens)
         if wait_s <= 0 or len(queue) >= slots.max_waiters:
             return None
         waiter: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        entry = (waiter, slots.weight)
+        entry = (waiter, slots.weight, slots.prompt_tokens)
         queue.append(entry)
         try:
             return await asyncio.wait_for(asyncio.shield(waiter), wait_s)
@@ -92,16 +96,33 @@ class MemoryStore:
                 queue.remove(entry)
             waiter.cancel()
 
-    def _grant(self, pool: str, weight: int) -> Lease:
+    def _prefill_fits(self, pool: str, slots: Slots) -> bool:
+        pending = self._pending_sum[pool]
+        limit = slots.max_pending_tokens
+        return limit is None or pending == 0 or pending + slots.prompt_tokens <= limit
+
+    def _grant(self, pool: str, weight: int, prompt_tokens: int = 0) -> Lease:
         token = str(next(self._tokens))
         self._held[pool][token] = weight
         self._used[pool] += weight
-        return Lease(pool, token, weight)
+        if prompt_tokens > 0:
+            self._pending[pool][token] = prompt_tokens
+            self._pending_sum[pool] += prompt_tokens
+        return Lease(pool, token, weight, prompt_tokens, self._pending_sum[pool])
+
+    async def prefilled(self, lease: Lease) -> None:
+        self._forget_pending(lease)
+
+    def _forget_pending(self, lease: Lease) -> None:
+        tokens = self._pending[lease.pool].pop(lease.token, None)
+        if tokens is not None:
+            self._pending_sum[lease.pool] -= tokens
 
     async def release(self, lease: Lease) -> None:
         self._release(lease)
 
     def _release(self, lease: Lease) -> None:
+        self._forget_pending(lease)
         weight = self._held[lease.pool].pop(lease.token, None)
         if weight is None:
             return
@@ -109,9 +130,9 @@ class MemoryStore:
         queue = self._queues[lease.pool]
         capacity = self._capacity.get(lease.pool, 0)
         while queue and self._used[lease.pool] + queue[0][1] <= capacity:  # FIFO: the head first
-            waiter, wanted = queue.popleft()
+            waiter, wanted, prompt_tokens = queue.popleft()
             if not waiter.done():
-                waiter.set_result(self._grant(lease.pool, wanted))
+                waiter.set_result(self._grant(lease.pool, wanted, prompt_tokens))
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         self._book.observe(route, metric, value_ms, time.time())
@@ -130,17 +151,17 @@ class MemoryStore:
         step = resolution_for(window_s)
         return step, {route: self._counts.series(route, wall, window_s, step) for route in routes}
 
-    async def lead(self, token: str, ttl_s: float) -> bool:
+    async def lead(self, token: str, ttl_s: float, role: str = "canary") -> bool:
         now = time.monotonic()
-        holder, until = self._leader
+        holder, until = self._leaders.get(role, ("", 0.0))
         if holder in ("", token) or until < now:
-            self._leader = (token, now + ttl_s)
+            self._leaders[role] = (token, now + ttl_s)
             return True
         return False
 
-    async def resign(self, token: str) -> None:
-        if self._leader[0] == token:
-            self._leader = ("", 0.0)
+    async def resign(self, token: str, role: str = "canary") -> None:
+        if self._leaders.get(role, ("", 0.0))[0] == token:
+            self._leaders[role] = ("", 0.0)
 
     async def canary_run(self, model: str) -> tuple[int, bytes | None]:
         return self._runs.get(model, (0, None))
@@ -151,7 +172,8 @@ class MemoryStore:
     async def write_canary(
         self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
     ) -> int:
-        if leader is not None and (self._leader[0] != leader or self._leader[1] < time.monotonic()):
+        holder, until = self._leaders.get("canary", ("", 0.0))
+        if leader is not None and (holder != leader or until < time.monotonic()):
             return 0
         current, _ = self._runs.get(model, (0, None))
         if current != version:
@@ -201,6 +223,7 @@ class MemoryStore:
             now=time.monotonic(),
             in_flight=dict(self._used),
             waiting={pool: len(queue) for pool, queue in self._queues.items()},
+            pending_prompt_tokens=dict(self._pending_sum),
             canary_percent=dict(self._canary),
             circuit_open={route: until for route, (until, _) in self._circuits.items()},
             ttft=self._figures.ttft,

@@ -81,6 +81,7 @@ from router.state.redis_scripts import (
     CANARY_WRITE,
     CIRCUITS,
     COUNT,
+    FORGET_PENDING,
     LEAD,
     RENEW,
     SETTLE_TASK,
@@ -156,6 +157,7 @@ class RedisStore:
         self._canary_key = f"{prefix}:canary"
         self._probe_key = f"{prefix}:probe"
         self._acquire_sha = self._redis.register_script(ACQUIRE).sha
+        self._forget_sha = self._redis.register_script(FORGET_PENDING).sha
         self._settle_sha = self._redis.register_script(SETTLE_TASK).sha
         self._feedback_sha = self._redis.register_script(TASK_FEEDBACK).sha
         self._batch = Batcher(self._redis)
@@ -177,7 +179,16 @@ class RedisStore:
         return f"{self._prefix}:slots:{{{pool}}}"
 
     def _line_keys(self, pool: str) -> list[str]:
-        return [self.key(pool), f"{self._prefix}:queue:{{{pool}}}", f"{self._prefix}:seen:{{{pool}}}"]
+        """slots, queue, seen, pending prompt tokens (hash by lease token), their sum."""
+        return [
+            self.key(pool),
+            f"{self._prefix}:queue:{{{pool}}}",
+            f"{self._prefix}:seen:{{{pool}}}",
+            *self._pending_keys(pool),
+        ]
+
+    def _pending_keys(self, pool: str) -> list[str]:
+        return [f"{self._prefix}:pending:{{{pool}}}", f"{self._prefix}:pendsum:{{{pool}}}"]
 
     def breaker_key(self, route: str) -> str:
         return f"{self._prefix}:breaker:{route}"
@@ -194,7 +205,7 @@ class RedisStore:
         token = uuid.uuid4().hex
         keys = self._line_keys(pool)
         try:
-            admitted = await self._wait_in_line(pool, keys, slots, token, wait_s)
+            pending = await self._wait_in_line(pool, keys, slots, token, wait_s)
         except RedisError as exc:
             self._forget_later(keys, token, slots.weight)
             self._degrade(exc)
@@ -202,29 +213,31 @@ class RedisStore:
         except BaseException:
             self._forget_later(keys, token, slots.weight)
             raise
-        if not admitted:
+        if pending is None:
             return None
         self._held.setdefault(pool, set()).update(members(token, slots.weight))
-        return Lease(pool, token, slots.weight)
+        return Lease(pool, token, slots.weight, slots.prompt_tokens, pending)
 
     async def _wait_in_line(
         self, pool: str, keys: list[str], slots: Slots, token: str, wait_s: float
-    ) -> bool:
-        """Acquire, polling with a jittered backoff while allowed to wait; True once admitted."""
+    ) -> int | None:
+        """Acquire, polling with a jittered backoff while allowed to wait; once admitted, the
+        pool's pending prompt tokens (None: not admitted)."""
         deadline = time.monotonic() + wait_s
         wait = "1" if wait_s > 0 else "0"
         args: list[str | int] = [slots.capacity, token, self._ttl_ms, wait, _WAITER_STALE_MS]
-        args += [slots.weight, slots.max_waiters]
+        limit = -1 if slots.max_pending_tokens is None else slots.max_pending_tokens
+        args += [slots.weight, slots.max_waiters, slots.prompt_tokens, limit]
         pause = _POLL_MIN_S
         while True:
             answer = int(await self._batch.call_script(self._acquire_sha, ACQUIRE, keys, args))
-            if answer == 1:
-                return True
+            if answer >= 1:
+                return answer - 1
             remaining = deadline - time.monotonic()
             if answer < 0 or remaining <= 0:  # the line is full, or the wait is over
                 if wait_s > 0:  # out of the line (it holds no slot: removing none is a no-op)
                     await self._remove(keys, token, slots.weight)
-                return False
+                return None
             await self._pause(pool, min(pause * random.uniform(0.8, 1.2), remaining))
             pause = min(pause * 1.5, _POLL_MAX_S)
 
@@ -247,6 +260,7 @@ class RedisStore:
             pipe.zrem(keys[0], *members(token, weight))
             pipe.zrem(keys[1], token)
             pipe.zrem(keys[2], token)
+            pipe.eval(FORGET_PENDING, 2, keys[3], keys[4], token)
             await pipe.execute()
 
     def _forget_later(self, keys: list[str], token: str, weight: int) -> None:
@@ -284,27 +298,50 @@ class RedisStore:
         self._held.get(lease.pool, set()).difference_update(held)
         key = self.key(lease.pool)
         try:
-            await self._batch.call(lambda pipe: pipe.zrem(key, *held))
+            if lease.prompt_tokens > 0:
+                slots = self._batch.call(lambda pipe: pipe.zrem(key, *held))
+                await asyncio.gather(slots, self._forget(lease))  # one pipeline
+            else:
+                await self._batch.call(lambda pipe: pipe.zrem(key, *held))
         except RedisError as exc:
             log.warning("state store: release on %s failed, the lease will expire: %s", lease.pool, exc)
         released = self._released.pop(lease.pool, None)
         if released is not None:
             released.set()
 
+    async def prefilled(self, lease: Lease) -> None:
+        if lease.token.startswith(_LOCAL):
+            await self._local.prefilled(Lease(lease.pool, lease.token.removeprefix(_LOCAL), lease.weight))
+            return
+        if lease.prompt_tokens <= 0:
+            return
+        try:
+            await self._forget(lease)
+        except RedisError as exc:
+            log.warning("state store: prefill end on %s lost (release clears it): %s", lease.pool, exc)
+
+    async def _forget(self, lease: Lease) -> None:
+        keys = self._pending_keys(lease.pool)
+        await self._batch.call_script(self._forget_sha, FORGET_PENDING, keys, [lease.token])
+
     def canary_keys(self, model: str) -> list[str]:
         """The leader lease, a model's run and its history: one hash slot ({canary})."""
         tag = f"{self._prefix}:{{canary}}"
         return [f"{tag}:leader", f"{tag}:run:{model}", f"{tag}:history:{model}"]
 
-    async def lead(self, token: str, ttl_s: float) -> bool:
-        keys = self.canary_keys("")[:1]
+    def _leader_key(self, role: str) -> str:
+        """The canary controller's lease shares the {canary} hash slot with the runs it fences."""
+        return self.canary_keys("")[0] if role == "canary" else f"{self._prefix}:leader:{role}"
+
+    async def lead(self, token: str, ttl_s: float, role: str = "canary") -> bool:
+        key = self._leader_key(role)
         try:
-            return bool(await self._redis.eval(LEAD, 1, *keys, token, int(ttl_s * 1000)))
+            return bool(await self._redis.eval(LEAD, 1, key, token, int(ttl_s * 1000)))
         except RedisError as exc:
             raise StoreUnavailable(f"the leader lease could not be checked ({exc})") from exc
 
-    async def resign(self, token: str) -> None:
-        key = self.canary_keys("")[0]
+    async def resign(self, token: str, role: str = "canary") -> None:
+        key = self._leader_key(role)
         with contextlib.suppress(RedisError):
             if await self._redis.get(key) == token.encode():
                 await self._redis.delete(key)
@@ -391,7 +428,13 @@ class RedisStore:
     def snapshot(self) -> Snapshot:
         if self.degraded:
             local = self._local.snapshot()
-            return replace(self._snapshot, now=local.now, in_flight=local.in_flight, waiting=local.waiting)
+            return replace(
+                self._snapshot,
+                now=local.now,
+                in_flight=local.in_flight,
+                waiting=local.waiting,
+                pending_prompt_tokens=local.pending_prompt_tokens,
+            )
         return replace(self._snapshot, now=time.monotonic())
 
     async def set_probe(self, model: str, ranking: bytes) -> None:
@@ -457,7 +500,8 @@ class RedisStore:
             pipe.hgetall(self._canary_key)
             pipe.hgetall(self._probe_key)
             for pool in self._pools:
-                pipe.eval(COUNT, 2, *self._line_keys(pool)[:2])
+                line = self._line_keys(pool)
+                pipe.eval(COUNT, 3, line[0], line[1], line[4])
             for route in self._routes:
                 pipe.eval(CIRCUITS, 1, self.breaker_key(route))
             canary, probes, *rest = await pipe.execute()
@@ -465,6 +509,7 @@ class RedisStore:
         pools, routes = rest[: len(self._pools)], rest[len(self._pools) :]
         in_flight = {pool: int(n[0]) for pool, n in zip(self._pools, pools, strict=True)}
         waiting = {pool: int(n[1]) for pool, n in zip(self._pools, pools, strict=True)}
+        pending = {pool: int(n[2]) for pool, n in zip(self._pools, pools, strict=True)}
         circuits: dict[str, float] = {}
         for route, (left_ms,) in zip(self._routes, routes, strict=True):
             if left_ms is not None:
@@ -473,6 +518,7 @@ class RedisStore:
             self._snapshot,
             in_flight=in_flight,
             waiting=waiting,
+            pending_prompt_tokens=pending,
             canary_percent={k.decode(): float(v) for k, v in canary.items()},
             circuit_open=circuits,
             probe_order={k.decode(): probe_order(v) for k, v in probes.items()},
@@ -557,6 +603,8 @@ class RedisStore:
             for pool, tokens in self._held.items():
                 if tokens:
                     pipe.zrem(self.key(pool), *tokens)
+                    for token in tokens:
+                        pipe.eval(FORGET_PENDING, 2, *self._pending_keys(pool), token)
             await pipe.execute()
         self._held.clear()
 
@@ -565,7 +613,7 @@ class RedisStore:
         async with self._redis.pipeline(transaction=False) as pipe:
             for pool, tokens in self._held.items():
                 if tokens:
-                    pipe.eval(RENEW, 1, self.key(pool), self._ttl_ms, *tokens)
+                    pipe.eval(RENEW, 3, self.key(pool), *self._pending_keys(pool), self._ttl_ms, *tokens)
             await pipe.execute()
 
     async def ping(self) -> bool:

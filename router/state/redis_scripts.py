@@ -10,12 +10,24 @@ local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 """
 
-# KEYS: slots, queue, seen. ARGV: capacity, token, ttl_ms, wait (1: join or stay in line),
-# stale_ms, weight (slots this request takes: members TOKEN, TOKEN#2 ...), max_waiters.
-# Returns 1 when admitted, 0 when not (in line if asked), -1 when the line is full.
+# KEYS: slots, queue, seen, pending (hash: token -> prompt tokens), pending sum. ARGV: capacity,
+# token, ttl_ms, wait (1: join or stay in line), stale_ms, weight (slots this request takes:
+# members TOKEN, TOKEN#2 ...), max_waiters, prompt tokens, max pending tokens (-1: no limit).
+# Returns 1 + the pool's pending prompt tokens when admitted, 0 when not (in line if asked),
+# -1 when the line is full. Expired leases take their pending tokens with them.
 ACQUIRE = (
     NOW_MS
     + """
+if redis.call('HLEN', KEYS[4]) > 0 then
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+  for i = 1, #expired do
+    local t = redis.call('HGET', KEYS[4], expired[i])
+    if t then
+      redis.call('HDEL', KEYS[4], expired[i])
+      redis.call('DECRBY', KEYS[5], t)
+    end
+  end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms - tonumber(ARGV[5]))
 for i = 1, #stale do
@@ -26,7 +38,14 @@ local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
 local weight = tonumber(ARGV[6])
 local rank = redis.call('ZRANK', KEYS[2], ARGV[2])
 local ahead = rank or redis.call('ZCARD', KEYS[2])
-if free - ahead >= weight then
+local tokens = tonumber(ARGV[8])
+local limit = tonumber(ARGV[9])
+local pending = 0
+if tokens > 0 or limit >= 0 then
+  pending = math.max(0, tonumber(redis.call('GET', KEYS[5]) or '0'))
+end
+local fits = limit < 0 or pending == 0 or pending + tokens <= limit
+if free - ahead >= weight and fits then
   local expires = now_ms + tonumber(ARGV[3])
   redis.call('ZADD', KEYS[1], expires, ARGV[2])
   for i = 2, weight do
@@ -37,7 +56,13 @@ if free - ahead >= weight then
     redis.call('ZREM', KEYS[2], ARGV[2])
     redis.call('ZREM', KEYS[3], ARGV[2])
   end
-  return 1
+  if tokens > 0 then
+    redis.call('HSET', KEYS[4], ARGV[2], tokens)
+    pending = redis.call('INCRBY', KEYS[5], tokens)
+    redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[3]) * 2)
+    redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[3]) * 2)
+  end
+  return 1 + pending
 end
 if ARGV[4] == '1' then
   if not rank then
@@ -60,21 +85,34 @@ RENEW = (
 for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], 'XX', now_ms + tonumber(ARGV[1]), ARGV[i])
 end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[1]) * 2)
+end
 return 1
 """
 )
 
-# KEYS: one pool's slots and queue. Returns its live slots and waiters.
+# KEYS: a pool's pending hash and pending sum. ARGV: a lease token. Its prompt tokens are no
+# longer pending (first token, release or a failed acquire). Returns the pool's pending sum.
+FORGET_PENDING = """
+local t = redis.call('HGET', KEYS[1], ARGV[1])
+if t then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return redis.call('DECRBY', KEYS[2], t)
+end
+return tonumber(redis.call('GET', KEYS[2]) or '0')
+"""
+
+# KEYS: one pool's slots, queue and pending sum. Returns its live slots, waiters and pending
+# prompt tokens.
 COUNT = (
     NOW_MS
     + """
-local counts = {}
-for i = 1, #KEYS, 2 do
-  counts[i] = redis.call('ZCOUNT', KEYS[i], '(' .. now_ms, '+inf')
-  counts[i + 1] = redis.call('ZCARD', KEYS[i + 1])
-end
-return counts
+return {
+  redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf'),
+  redis.call('ZCARD', KEYS[2]),
+  math.max(0, tonumber(redis.call('GET', KEYS[3]) or '0')),
+}
 """
 )
 

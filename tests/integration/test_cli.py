@@ -142,24 +142,33 @@ def test_the_cli_offers_every_demo_scenario():
     from router.cli.main import _parser  # noqa: PLC0415 (the parser of the command under test)
     from router.cli.scenarios import SCENARIOS  # noqa: PLC0415
 
-    demo = next(a for a in _parser()._subparsers._group_actions[0].choices["demo"]._actions if a.dest == "scenario")
+    demo = next(
+        a for a in _parser()._subparsers._group_actions[0].choices["demo"]._actions if a.dest == "scenario"
+    )
     assert set(demo.choices) == set(SCENARIOS)
 
 
 def test_demo_scenario_auth_wants_the_client_key():
     with CliProcess("demo", "--port", "0", "--scenario", "auth") as demo:
-        assert "api_key=\"demo-key\"" in "".join(demo.output)
+        assert 'api_key="demo-key"' in "".join(demo.output)
         refused = httpx.post(demo.url + "/chat/completions", json={"model": "demo-model", "messages": []})
         client = openai.OpenAI(base_url=demo.url, api_key="demo-key", max_retries=0)
-        served = client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "hi"}])
+        served = client.chat.completions.create(
+            model="demo-model", messages=[{"role": "user", "content": "hi"}]
+        )
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
     assert served.choices[0].message.content
 
 
 def test_demo_scenario_tight_answers_no_capacity_while_its_one_slot_is_busy():
     with CliProcess("demo", "--port", "0", "--scenario", "tight") as demo:
-        body = {"model": "demo-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 400,
-                "stream": True, "ignore_eos": True}
+        body = {
+            "model": "demo-model",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 400,
+            "stream": True,
+            "ignore_eos": True,
+        }
         with httpx.stream("POST", demo.url + "/chat/completions", json=body, timeout=30) as holding:
             chunks = holding.iter_bytes()  # kept: a dropped iterator closes the stream
             first = next(chunks)  # the slot is taken once the stream has started

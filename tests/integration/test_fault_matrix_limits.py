@@ -47,7 +47,11 @@ RAW_UPSTREAMS = {
 
 # a valid chat stream of 24 MiB, sent as fast as the gateway reads it: more than any socket buffers
 _EVENT = orjson.dumps(
-    {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "a" * 4096}}]}
+    {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "a" * 4096}}],
+    }
 )
 LONG_STREAM = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n" + (
     b"data: " + _EVENT + b"\n\n"
@@ -88,7 +92,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer)
             f"limits: {LIMITS}",
             "models:",
         ]
-        dedicated = {"m": ded_sim.base_url, "long-stream": long_stream.url, **{name: raw.url for name, raw in raws.items()}}
+        dedicated = {
+            "m": ded_sim.base_url,
+            "long-stream": long_stream.url,
+            **{name: raw.url for name, raw in raws.items()},
+        }
         for model, url in dedicated.items():
             lines += [
                 f"  {model}:",
@@ -189,7 +197,9 @@ def test_a_protocol_breaking_dedicated_upstream_fails_over(gateway, fault_matrix
     assert row.succeeded == COUNT  # every one failed over to serverless
 
 
-def raw_exchange(gateway: Gateway, head: bytes, *, then: Callable[[socket.socket], None] | None = None) -> bytes:
+def raw_exchange(
+    gateway: Gateway, head: bytes, *, then: Callable[[socket.socket], None] | None = None
+) -> bytes:
     """Send `head` on a fresh connection (as much of it as the gateway takes), run `then`, and
     read the answer until the gateway closes."""
     host, port = gateway.root.removeprefix("http://").split(":")
@@ -299,4 +309,3 @@ def test_a_redis_stall_mid_burst_leaves_no_ghost_lease(gateway, fault_matrix, re
 
     row = run_case(gateway, fault_matrix, "Redis stalls 1.5 s mid-burst", send)
     assert row.succeeded == COUNT
-

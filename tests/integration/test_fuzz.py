@@ -54,7 +54,16 @@ FIELDS = [
     "top_logprobs",
 ]
 # numbers no JSON library agrees on: overflow, NaN spellings, huge integers, negative zero
-ODD_NUMBERS = [b"1e400", b"-1e400", b"NaN", b"Infinity", b"-0", b"-0.0", b"1" * 400, b"0." + b"0" * 300 + b"1"]
+ODD_NUMBERS = [
+    b"1e400",
+    b"-1e400",
+    b"NaN",
+    b"Infinity",
+    b"-0",
+    b"-0.0",
+    b"1" * 400,
+    b"0." + b"0" * 300 + b"1",
+]
 ODD_NUMBERS += [b"18446744073709551616", b"-9223372036854775809", b"5000", b"1e-400", b"4.9e-324"]
 
 json_values = st.recursive(
@@ -80,8 +89,9 @@ def nested(depth: int, opener: bytes) -> bytes:
 
 nested_bodies = st.builds(nested, st.integers(1, 1000), st.sampled_from([b"[", b"{"]))
 odd_number_bodies = st.builds(
-    lambda field, number, stream: b'{"model": "m", "messages": [], "%s": %s, "stream": %s}'
-    % (field.encode(), number, stream),
+    lambda field, number, stream: (
+        b'{"model": "m", "messages": [], "%s": %s, "stream": %s}' % (field.encode(), number, stream)
+    ),
     st.sampled_from(["max_tokens", "max_completion_tokens", "n", "best_of", "temperature", "top_logprobs"]),
     st.sampled_from(ODD_NUMBERS),
     st.sampled_from([b"true", b"false"]),

@@ -438,7 +438,9 @@ async def test_a_client_that_stops_reading_is_cut_after_the_write_timeout():
 STREAM = b'data: {"a": 1}\r\n\r\ndata: {"b": 2}\n\ndata: [DONE]\n\n'
 
 
-async def _first_event(chunks: list[bytes], content_type: str = "text/event-stream", max_bytes: int = 1024) -> bytes:
+async def _first_event(
+    chunks: list[bytes], content_type: str = "text/event-stream", max_bytes: int = 1024
+) -> bytes:
     async def source() -> AsyncIterator[bytes]:
         for chunk in chunks:
             yield chunk
@@ -464,6 +466,8 @@ async def test_the_first_event_is_found_wherever_the_chunks_split(cut):
         ([], "text/event-stream; charset=utf-8", UpstreamUnreachable),
     ],
 )
-async def test_a_stream_that_never_makes_a_first_event_fails_before_the_client_sees_it(chunks, content_type, error):
+async def test_a_stream_that_never_makes_a_first_event_fails_before_the_client_sees_it(
+    chunks, content_type, error
+):
     with pytest.raises(error):
         await _first_event(chunks, content_type)

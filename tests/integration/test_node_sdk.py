@@ -49,6 +49,9 @@ def test_openai_node_helpers_through_the_gateway():
     assert done.returncode == 0, done.stderr[-2000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["toolArgs"]["city"] and found["runToolsCalls"] == 2 and found["runToolsAnswer"]
-    assert found["responsesEvents"][0] == "response.created" and found["responsesEvents"][-1] == "response.completed"
+    assert (
+        found["responsesEvents"][0] == "response.created"
+        and found["responsesEvents"][-1] == "response.completed"
+    )
     assert found["responsesText"]
     assert found["embeddingLengths"] == [6, 6] and found["embeddingIsNumbers"]

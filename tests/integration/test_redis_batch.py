@@ -71,7 +71,9 @@ async def test_every_caller_gets_an_error_when_redis_is_gone():
     client = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
     batch = Batcher(client)
     try:
-        results = await asyncio.gather(*(batch.call(lambda p: p.ping()) for _ in range(3)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(batch.call(lambda p: p.ping()) for _ in range(3)), return_exceptions=True
+        )
         assert all(isinstance(r, RedisError) for r in results), results
     finally:
         await client.aclose()

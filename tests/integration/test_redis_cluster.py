@@ -126,7 +126,9 @@ def test_two_gateway_processes_on_a_cluster_share_capacity_and_the_canary(tmp_pa
         ):
             results = burst([a.url, b.url], count=16, max_tokens=20)
             put = httpx.put(
-                a.root + "/admin/models/m/canary", json={"percent": 0}, headers={"authorization": "Bearer adm"}
+                a.root + "/admin/models/m/canary",
+                json={"percent": 0},
+                headers={"authorization": "Bearer adm"},
             )
             assert put.status_code == 200
             wait_until(lambda: _route_via(b.url) == ("sl", "canary_out"), timeout=10, interval=0.05)

@@ -64,15 +64,25 @@ def test_the_chat_stream_helper_assembles_the_answer(sdk):
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_tool_call_round_trip(sdk, stream):
     if stream:
-        with sdk.chat.completions.stream(model="m", messages=ASK, tools=[WEATHER], tool_choice="required") as s:
+        with sdk.chat.completions.stream(
+            model="m", messages=ASK, tools=[WEATHER], tool_choice="required"
+        ) as s:
             message = s.get_final_completion().choices[0].message
     else:
-        message = sdk.chat.completions.create(
-            model="m", messages=ASK, tools=[WEATHER], tool_choice="required"
-        ).choices[0].message
+        message = (
+            sdk.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], tool_choice="required")
+            .choices[0]
+            .message
+        )
     (call,) = message.tool_calls
-    assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments)["city"], str)
-    answered = [*ASK, message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    assert call.function.name == "get_weather" and isinstance(
+        json.loads(call.function.arguments)["city"], str
+    )
+    answered = [
+        *ASK,
+        message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+    ]
     after = sdk.chat.completions.create(model="m", messages=answered, tools=[WEATHER])
     assert after.choices[0].message.content and not after.choices[0].message.tool_calls
 

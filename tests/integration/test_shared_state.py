@@ -123,7 +123,11 @@ def _route_via(url: str) -> tuple[str, str]:
 def test_canary_set_through_one_replica_is_obeyed_by_the_other(tmp_path, redis_url):
     with Sim(slow_dedicated()) as ded, Sim(serverless()) as sl:
         config = write_config(tmp_path / "t.yaml", ded, sl, redis_url)
-        config.write_text(config.read_text().replace("auth: {allow_anonymous: true}", "auth: {allow_anonymous: true, admin_key: adm}"))
+        config.write_text(
+            config.read_text().replace(
+                "auth: {allow_anonymous: true}", "auth: {allow_anonymous: true, admin_key: adm}"
+            )
+        )
         with (
             CliProcess("serve", "--config", str(config), "--port", "0") as a,
             CliProcess("serve", "--config", str(config), "--port", "0") as b,

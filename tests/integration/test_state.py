@@ -255,7 +255,7 @@ async def test_redis_drops_a_waiter_whose_replica_stopped_polling(redis_url):
         # a waiter that joins the line once and then never polls again (its replica died)
         keys = dead._line_keys("p")
         raw = Redis.from_url(redis_url)
-        assert not await raw.eval(ACQUIRE, 3, *keys, 1, "ghost", 30000, "1", 1000, 1, 64)
+        assert not await raw.eval(ACQUIRE, len(keys), *keys, 1, "ghost", 30000, "1", 1000, 1, 64, 0, -1)
         await raw.aclose()
         await alive.release(holder)
         lease = await alive.try_acquire("p", Slots(1), wait_s=5.0)

@@ -163,3 +163,38 @@ def test_a_time_lapsed_config_divides_every_time_constant_and_keeps_secrets_as_r
 def test_a_time_lapse_below_a_constants_floor_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match="window_s"):
         scale_config(CONFIG, 10, {"ADMIN_KEY": "k" * 32})  # 60 s / 10 is under the 10 s slice
+
+
+def test_predicted_admission_admits_while_the_prefill_fits_and_spills_the_rest_at_once():
+    # 16,500 tokens/s + 80 ms: three 16,500-token prompts at once are 1.08, 2.08 and 3.08 s
+    rows = [Arrival(0.0, 16_500, 2) for _ in range(3)]
+    records = simulate(rows, Plan(1, 256, ttft_budget_ms=2_500), SYSTEM)
+    assert [r["route"] for r in records] == [dedicated_route(0), dedicated_route(0), SERVERLESS_ROUTE]
+    assert records[2]["reason"] == "predicted_slow"
+    assert records[1]["ttft_ms"] == pytest.approx(1000 * (2.0 + D.overhead_s))
+
+
+def test_predicted_admission_beats_every_fixed_cap_on_the_bursty_slice_and_matches_the_best_on_the_steady():
+    """The model's view of issue 18's first acceptance line, on the trace slices kept here."""
+    system = System(D, SERVERLESS["deepseek-serverless"])
+    figures = {"slo_ttft_ms": 2000.0, "span_s": 600.0}
+    for name, start in (("code", 0), ("conv", 0)):
+        rows = window(load(TRACES / f"AzureLLMInferenceTrace_{name}_20min.csv"), start, 10)
+        caps = [evaluate(rows, Plan(1, c), system, **figures) for c in (16, 32, 64)]
+        predicted = evaluate(rows, Plan(1, 256, ttft_budget_ms=2000), system, **figures)
+        best = max(caps, key=lambda r: (r["slo_attainment"], -r["cost_usd"]))
+        assert predicted["slo_attainment"] >= best["slo_attainment"], (name, predicted, best)
+        cheapest = min(r["cost_per_slo_success_usd"] for r in caps)
+        assert predicted["cost_per_slo_success_usd"] <= cheapest * 1.03, name
+
+
+def test_keep_warm_probes_keep_serverless_warm_and_are_priced_as_spend():
+    gap = S.idle_to_cold_s
+    rows = [Arrival(0.0, 10, 2), Arrival(3 * gap, 10, 2)]
+    cold = evaluate(rows, Plan(0), SYSTEM, slo_ttft_ms=2000.0, span_s=4 * gap)
+    warm = evaluate(rows, Plan(0, keep_warm_s=gap / 2), SYSTEM, slo_ttft_ms=2000.0, span_s=4 * gap)
+    assert cold["ttft_ms"]["p99"] > 20_000 and warm["ttft_ms"]["p99"] < 1000
+    assert warm["keep_warm_usd"] == pytest.approx(
+        7 * (8 * S.usd_per_mtok_in + S.usd_per_mtok_out) / 1e6, abs=1e-6
+    )
+    assert warm["cost_usd"] == pytest.approx(cold["cost_usd"] + warm["keep_warm_usd"])

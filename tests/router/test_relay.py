@@ -75,7 +75,10 @@ def test_failure_after_first_byte_becomes_an_error_event():
 
     async def run() -> tuple[list[bytes], StreamResult]:
         result = StreamResult()
-        out = [b async for b in relay_stream(SseRelay(result, drop_usage=True), b"", upstream(), expect_done=True)]
+        out = [
+            b
+            async for b in relay_stream(SseRelay(result, drop_usage=True), b"", upstream(), expect_done=True)
+        ]
         return out, result
 
     out, result = asyncio.run(run())
@@ -91,7 +94,12 @@ def test_stream_closed_without_done_is_reported_as_cut():
         yield chunk("a")
 
     async def run() -> list[bytes]:
-        return [b async for b in relay_stream(SseRelay(StreamResult(), drop_usage=True), b"", upstream(), expect_done=True)]
+        return [
+            b
+            async for b in relay_stream(
+                SseRelay(StreamResult(), drop_usage=True), b"", upstream(), expect_done=True
+            )
+        ]
 
     assert asyncio.run(run())[-1].startswith(b"event: error")
 
@@ -116,4 +124,6 @@ def test_a_first_event_framed_before_the_answer_started_is_timed_when_relayed():
         return before_relaying, result
 
     before_relaying, result = asyncio.run(run())
-    assert result.first_token_at is not None and result.first_token_at >= before_relaying  # ... timed when relayed
+    assert (
+        result.first_token_at is not None and result.first_token_at >= before_relaying
+    )  # ... timed when relayed

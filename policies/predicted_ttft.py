@@ -1,0 +1,77 @@
+"""Predicted-TTFT admission: a dedicated replica's capacity is prefill tokens per second, not
+sequences. Admit to a dedicated pool while the TTFT predicted there, from the prompt tokens
+already admitted and not yet at their first token (this request's included) and the pool's
+learned prefill model, fits the model's TTFT budget; otherwise decide once between the
+dedicated queue and spilling, by which is predicted quicker. Never wait and then spill anyway.
+
+`max_concurrency` stays a hard ceiling (the engine's `max_num_seqs`), not the steering signal.
+The prediction is a function of the snapshot; the store enforces it atomically at acquire
+(`Decision.admit_within`), so a burst that arrives between two snapshots cannot overfill the
+prefill queue."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from policies.base import Decision, Reason, RequestContext
+from policies.types import Snapshot, T, Target, is_dedicated, route_key
+
+
+class Admission(StrEnum):
+    SLOTS = "slots"  # a dedicated pool admits while it has a free slot (max_concurrency)
+    PREDICTED_TTFT = "predicted_ttft"  # ... while the TTFT predicted there fits slo.ttft_budget_ms
+
+
+def predicted_ttft_ms(snapshot: Snapshot, pool: str, prompt_tokens: int) -> float | None:
+    """The TTFT a request of `prompt_tokens` would see on `pool` now; None without a model."""
+    model = snapshot.prefill.get(pool)
+    if model is None:
+        return None
+    return model.ttft_ms(snapshot.pending_prompt_tokens.get(pool, 0) + prompt_tokens)
+
+
+def spill_ttft_ms(model: str, snapshot: Snapshot, spill: Target, budget_ms: float, min_samples: int) -> float:
+    """What spilling to `spill` is expected to cost in TTFT now: its windowed median, once the
+    window holds `min_samples`; until then the budget (assumed to meet it). A cold start moves
+    a mean by seconds for a whole window though the endpoint is warm again right after it, and
+    a median of a few samples after an idle spell is the cold start itself: trusting either
+    would keep every request off serverless, so it never warms up and the dedicated queue
+    grows without bound."""
+    figures = snapshot.ttft.get(route_key(model, spill.name))
+    if figures is None or figures.samples < min_samples:
+        return budget_ms
+    return figures.p50
+
+
+class PredictedTtftFirst:
+    """Dedicated endpoints whose predicted TTFT fits `budget_ms`, then serverless."""
+
+    def __init__(self, budget_ms: float, min_samples: int = 20) -> None:
+        self._budget_ms = budget_ms
+        self._min_samples = min_samples
+
+    def decide(self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]) -> Decision[T]:
+        dedicated = [c for c in candidates if is_dedicated(c)]
+        serverless = tuple(c for c in candidates if not is_dedicated(c))
+        if not dedicated:
+            return Decision(serverless, Reason.SERVERLESS_ONLY)
+        open_ = [d for d in dedicated if snapshot.in_flight.get(d.name, 0) < (d.max_concurrency or 0)]
+        if not open_:  # the hard ceiling: every engine slot is taken
+            return Decision(serverless or tuple(dedicated), Reason.SATURATED)
+        predicted = {d.name: predicted_ttft_ms(snapshot, d.name, context.prompt_tokens) for d in open_}
+        fits = [d for d in open_ if (predicted[d.name] or 0.0) <= self._budget_ms]
+        if fits:
+            within = {
+                d.name: snapshot.prefill[d.name].tokens_within(self._budget_ms)
+                for d in fits
+                if d.name in snapshot.prefill
+            }
+            return Decision((*fits, *serverless), Reason.BASELINE, admit_within=within)
+        best = min(open_, key=lambda d: predicted[d.name] or 0.0)
+        if not serverless:
+            return Decision((best,), Reason.SATURATED)
+        spill_ms = spill_ttft_ms(context.model, snapshot, serverless[0], self._budget_ms, self._min_samples)
+        if (predicted[best.name] or 0.0) < spill_ms:
+            # over budget either way, and the dedicated queue is the quicker: go there, once
+            return Decision((best, *serverless), Reason.BASELINE)
+        return Decision(serverless, Reason.PREDICTED_SLOW)

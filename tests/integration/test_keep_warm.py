@@ -1,0 +1,90 @@
+"""Keep-warm (issue 18): one replica of many sends the probes (a leader lease in the store),
+the probes are counted as keep-warm spend and never as requests, `when: dedicated_busy` waits
+for a busy dedicated pool, and the day's budget stops them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from policies.types import Snapshot
+from router.app import create_app
+from router.config import parse_config
+from router.keep_warm import KeepWarm
+from router.state.memory import MemoryStore
+from router.upstream import Upstream, aiohttp_transport
+from tests.conftest import serverless_profile
+from tests.servers import Sim, ThreadServer, wait_until
+
+ADMIN = "a" * 32
+INTERVAL_S = 0.25
+
+
+def config_text(sl: Sim, redis_url: str = "", **warm: object) -> str:
+    extra = "".join(f", {k}: {v}" for k, v in warm.items())
+    state = f"state: {{redis_url: '{redis_url}', leader_ttl_s: 1}}\n" if redis_url else ""
+    return (
+        f"{state}auth: {{allow_anonymous: true, admin_key: {ADMIN}}}\nmodels:\n  m:\n"
+        "    dedicated: [{name: ded, base_url: 'http://127.0.0.1:9/v1', model: d, max_concurrency: 4}]\n"
+        f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s, usd_per_mtok_in: 1, "
+        f"usd_per_mtok_out: 1, keep_warm: {{interval_s: {INTERVAL_S}{extra}}}}}]\n"
+    )
+
+
+def test_two_replicas_sharing_redis_send_one_replicas_probes_and_hand_over(redis_url):
+    with Sim(serverless_profile()) as sl:
+        config = parse_config(config_text(sl, redis_url), {})
+        first = ThreadServer(create_app(config)).__enter__()
+        second = ThreadServer(create_app(config)).__enter__()
+        try:
+            started = time.monotonic()
+            wait_until(lambda: sl.stats()["requests"] >= 8, timeout=20)
+            elapsed = time.monotonic() - started
+            # two senders would make twice as many; one makes at most one per interval
+            assert sl.stats()["requests"] <= elapsed / INTERVAL_S + 2
+            report = httpx.get(
+                first.url + "/admin/routes?window=1m", headers={"authorization": f"Bearer {ADMIN}"}
+            ).json()
+            route = report["models"]["m"]["routes"]["sl"]
+            assert route["requests"] == 0  # probes are not traffic
+            first.__exit__(None, None, None)  # the leader or not: the other one carries on
+            before = sl.stats()["requests"]
+            wait_until(lambda: sl.stats()["requests"] >= before + 4, timeout=20)
+        finally:
+            first.__exit__(None, None, None)
+            second.__exit__(None, None, None)
+
+
+async def test_dedicated_busy_waits_for_a_busy_pool_and_the_days_budget_stops_the_probes():
+    with Sim(serverless_profile()) as sl:
+        # a probe costs (8 + 1) tokens x $1/M: the budget allows three
+        config = parse_config(
+            config_text(sl, when="dedicated_busy", busy_above=0.5, max_usd_per_day=0.000028), {}
+        )
+        model = config.models["m"]
+        store = MemoryStore()
+        upstream = Upstream(model.endpoints, aiohttp_transport)
+        busy = {"ded": 0}
+        warm = KeepWarm(config, store, upstream, lambda: Snapshot(now=0.0, in_flight=busy), 10.0)
+        try:
+            for _ in range(3):
+                await warm.tick()
+            await asyncio.sleep(0)
+            assert sl.stats()["requests"] == 0  # the pool is idle: no spill is plausible
+            busy["ded"] = 2  # half of its 4 slots
+            deadline = time.monotonic() + 10
+            while sl.stats()["requests"] < 3:
+                assert time.monotonic() < deadline, sl.stats()
+                await warm.tick()
+                await asyncio.sleep(INTERVAL_S / 5)
+            for _ in range(10):  # well past more intervals: the budget is spent for the day
+                await asyncio.sleep(INTERVAL_S / 2)
+                await warm.tick()
+            await warm.close()
+            assert sl.stats()["requests"] == 3
+            counts = (await store.counts_window(["m/sl"], 60))["m/sl"]
+            assert counts["keep_warm"] == 3 and counts.get("requests", 0) == 0
+        finally:
+            await upstream.aclose()

@@ -1,0 +1,110 @@
+"""Pending prompt tokens in the state store (predicted-TTFT admission, issue 18), against the
+memory store and a real redis-server: admitted within `max_pending_tokens` atomically, and no
+path (release, first token, cancellation, an expired lease) leaves tokens pending."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+
+from router.state.base import Slots, StateStore
+from router.state.memory import MemoryStore
+from router.state.redis import RedisStore
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
+    if request.param == "memory":
+        made: StateStore = MemoryStore()
+    else:
+        url = request.getfixturevalue("redis_url")
+        made = RedisStore(url, ["p"], lease_ttl_s=30.0, refresh_s=0.02, flush_s=0.05)
+    await made.start()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+async def pending(store: StateStore, expected: int) -> None:
+    """Poll the snapshot (the Redis store's is refreshed in the background) until it shows it."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while store.snapshot().pending_prompt_tokens.get("p", 0) != expected:
+        assert asyncio.get_running_loop().time() < deadline, store.snapshot().pending_prompt_tokens
+        await asyncio.sleep(0.01)
+
+
+async def test_raced_acquires_are_admitted_within_the_token_budget_exactly(store):
+    slots = Slots(64, prompt_tokens=1_000, max_pending_tokens=5_000)
+    leases = await asyncio.gather(*(store.try_acquire("p", slots) for _ in range(40)))
+    granted = [lease for lease in leases if lease is not None]
+    assert len(granted) == 5
+    assert sorted(lease.pending_at_admit for lease in granted) == [1_000, 2_000, 3_000, 4_000, 5_000]
+    await pending(store, 5_000)
+    await store.prefilled(granted[0])
+    await store.prefilled(granted[0])  # idempotent
+    assert await store.try_acquire("p", slots) is not None  # room for one more prompt
+    assert await store.try_acquire("p", slots) is None
+
+
+async def test_a_lone_prompt_larger_than_the_budget_is_still_admitted(store):
+    big = await store.try_acquire("p", Slots(8, prompt_tokens=50_000, max_pending_tokens=5_000))
+    assert big is not None and big.pending_at_admit == 50_000
+    assert await store.try_acquire("p", Slots(8, prompt_tokens=10, max_pending_tokens=5_000)) is None
+    assert await store.try_acquire("p", Slots(8)) is not None  # slots alone ignore the tokens
+
+
+async def test_no_sequence_of_first_tokens_releases_and_cancellations_leaves_tokens_pending(store):
+    rng = random.Random(7)
+    slots = Slots(1000, prompt_tokens=100)
+    held = []  # every lease a task got: a cancelled holder's is given back below, as on_close does
+
+    async def one() -> None:
+        lease = await store.try_acquire("p", slots)
+        assert lease is not None
+        held.append(lease)
+        await asyncio.sleep(rng.random() * 0.01)
+        if rng.random() < 0.5:
+            await store.prefilled(lease)
+        await asyncio.sleep(rng.random() * 0.01)
+        await store.release(lease)
+
+    tasks = [asyncio.create_task(one()) for _ in range(200)]
+    await asyncio.sleep(0.005)
+    for task in rng.sample(tasks, 60):  # cancelled anywhere: in the acquire, holding, releasing
+        task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(r is None or isinstance(r, asyncio.CancelledError) for r in results)
+    assert any(isinstance(r, asyncio.CancelledError) for r in results)
+    for lease in held:
+        await store.release(lease)  # idempotent for those already released
+    await pending(store, 0)  # a cancelled acquire left no tokens behind for a lease nobody holds
+
+
+async def test_released_leases_leave_nothing_pending(store):
+    leases = [await store.try_acquire("p", Slots(100, prompt_tokens=300)) for _ in range(10)]
+    assert all(lease is not None for lease in leases)
+    await pending(store, 3_000)
+    for lease in leases[:4]:
+        await store.prefilled(lease)
+    await pending(store, 1_800)
+    for lease in leases:
+        await store.release(lease)  # after prefilled, or instead of it
+    await pending(store, 0)
+
+
+async def test_an_expired_leases_tokens_stop_counting(redis_url):
+    store = RedisStore(redis_url, ["p"], lease_ttl_s=0.2, refresh_s=0.02, flush_s=0.05)
+    await store.start()
+    try:
+        lost = await store.try_acquire("p", Slots(8, prompt_tokens=4_000))
+        assert lost is not None
+        store._held.clear()  # a replica that died: nobody renews or releases its lease
+        await asyncio.sleep(0.3)  # past the lease TTL (Redis's clock decides expiry)
+        fresh = await store.try_acquire("p", Slots(8, prompt_tokens=10, max_pending_tokens=100))
+        assert fresh is not None and fresh.pending_at_admit == 10
+    finally:
+        await store.close()

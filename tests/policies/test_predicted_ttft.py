@@ -1,0 +1,142 @@
+"""Predicted-TTFT admission (issue 18): a table of (pending prompt tokens, prefill model,
+serverless figures) -> (targets, reason, the token budget the store enforces); the config's
+refusals; what the prefill learner fits."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from policies import registry
+from policies.base import Reason, RequestContext
+from policies.predicted_ttft import Admission
+from policies.types import Figures, PrefillModel, Snapshot
+from router.config import (
+    ConfigError,
+    DedicatedEndpoint,
+    ModelConfig,
+    RoutingConfig,
+    ServerlessEndpoint,
+    SloConfig,
+    parse_config,
+)
+from router.prefill import PrefillLearner
+
+D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=64)
+D2 = DedicatedEndpoint(name="d2", base_url="http://d2/v1", model="x", max_concurrency=64)
+S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
+MODEL = ModelConfig(
+    routing=RoutingConfig(admission=Admission.PREDICTED_TTFT),
+    slo=SloConfig(ttft_budget_ms=2000),
+    dedicated=(D1, D2),
+    serverless=(S1,),
+)
+PREFILL = {"d1": PrefillModel(10_000, 100), "d2": PrefillModel(10_000, 100)}  # 100 ms + 0.1 ms/token
+POLICY = registry.build("dedicated_first", MODEL)
+
+
+def context(prompt_tokens: int) -> RequestContext:
+    return RequestContext("m", stream=True, stickiness_key=None, prompt_tokens=prompt_tokens)
+
+
+def serverless_median(ms: float) -> dict[str, Figures]:
+    return {"m/s1": Figures(samples=100, p50=ms, p95=ms * 2, p99=ms * 3, mean=ms * 5, cv=0.2)}
+
+
+@pytest.mark.parametrize(
+    ("pending", "in_flight", "spill_mean_ms", "targets", "reason"),
+    [
+        # 2,000 tokens ahead: 100 + 400 ms, within the budget on both
+        ({"d1": 2_000}, {}, None, (D1, D2, S1), Reason.BASELINE),
+        # d1 would take 100 + 2,100 ms: over; d2 is empty
+        ({"d1": 19_000}, {}, None, (D2, S1), Reason.BASELINE),
+        # both over the budget, serverless quicker at the median: spill now, never wait first
+        ({"d1": 19_000, "d2": 25_000}, {}, 600.0, (S1,), Reason.PREDICTED_SLOW),
+        # both over, serverless unmeasured: assumed to meet the budget, so spill
+        ({"d1": 19_000, "d2": 25_000}, {}, None, (S1,), Reason.PREDICTED_SLOW),
+        # both over, serverless slower than d1's queue: d1, decided once
+        ({"d1": 19_000, "d2": 25_000}, {}, 9_000.0, (D1, S1), Reason.BASELINE),
+        # the slot ceiling still holds whatever the prediction
+        ({}, {"d1": 64, "d2": 64}, None, (S1,), Reason.SATURATED),
+    ],
+)
+def test_the_prediction_steers_and_the_ceiling_holds(pending, in_flight, spill_mean_ms, targets, reason):
+    snapshot = Snapshot(
+        now=0.0,
+        in_flight=in_flight,
+        pending_prompt_tokens=pending,
+        prefill=PREFILL,
+        ttft=serverless_median(spill_mean_ms) if spill_mean_ms else {},
+    )
+    decision = POLICY.decide(context(1_000), snapshot, MODEL.endpoints)
+    assert decision.targets == targets
+    assert decision.reason is reason
+    assert decision.queue_ms == 0  # predicted admission never waits in line
+
+
+def test_a_fitting_pool_is_admitted_only_within_the_tokens_the_budget_allows():
+    snapshot = Snapshot(now=0.0, pending_prompt_tokens={"d1": 5_000}, prefill=PREFILL)
+    decision = POLICY.decide(context(1_000), snapshot, MODEL.endpoints)
+    assert decision.admit_within == {"d1": 19_000, "d2": 19_000}  # (2,000 - 100) ms x 10 tokens/ms
+
+
+def test_a_breached_route_keeps_the_filters_reason_over_the_pickers():
+    snapshot = Snapshot(now=0.0, prefill=PREFILL, slo_breached=frozenset({"m/d1", "m/d2"}))
+    decision = POLICY.decide(context(10), snapshot, MODEL.endpoints)
+    assert decision.targets == (S1,) and decision.reason is Reason.SLO_BREACH
+
+
+CONFIG = """
+auth: {allow_anonymous: true}
+models:
+  m:
+    routing: {admission: predicted_ttft%s}
+    slo: {%s}
+    dedicated: [{name: d, base_url: "http://127.0.0.1:1/v1", model: x, max_concurrency: 8}]
+    serverless: [{name: s, base_url: "http://127.0.0.1:2/v1", model: x}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("routing", "slo", "key"),
+    [
+        ("", "", "models.m.slo.ttft_budget_ms"),
+        (", max_queue_ms: 500", "ttft_budget_ms: 2000", "models.m.routing.max_queue_ms"),
+    ],
+)
+def test_an_ambiguous_or_incomplete_predicted_admission_config_is_refused_by_key(routing, slo, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_config(CONFIG % (routing, slo), {})
+
+
+def test_the_budget_defaults_to_the_slos_p95_target():
+    config = parse_config(CONFIG % ("", "ttft_p95_ms: 1500"), {})
+    assert config.models["m"].slo.admission_budget_ms == 1500
+
+
+def test_the_learner_recovers_rate_and_overhead_and_keeps_the_prior_until_it_has_samples():
+    prior = PrefillModel(8_000, 50)
+    learner = PrefillLearner({"d": prior}, min_samples=20)
+    rng = random.Random(1)
+    for _ in range(10):
+        learner.sample("d", 4_000, 80 + 4_000 / 16.5)
+    learner.fit()
+    assert learner.models["d"] == prior  # too few samples
+    for _ in range(300):
+        tokens = rng.randint(500, 40_000)
+        learner.sample("d", tokens, 80 + tokens / 16.5 + rng.gauss(0, 5))  # 16.5k tokens/s, 80 ms
+    learner.fit()
+    fitted = learner.models["d"]
+    assert fitted.tokens_per_s == pytest.approx(16_500, rel=0.03)
+    assert fitted.overhead_ms == pytest.approx(80, abs=10)
+    assert fitted.samples == 310  # every sample so far: the window holds the last 512
+
+
+def test_prompts_all_the_same_size_refit_only_the_overhead():
+    learner = PrefillLearner({"d": PrefillModel(8_000, 50)}, min_samples=5)
+    for _ in range(50):
+        learner.sample("d", 2_000, 400.0)
+    learner.fit()
+    assert learner.models["d"].tokens_per_s == 8_000
+    assert learner.models["d"].overhead_ms == pytest.approx(400 - 250)
