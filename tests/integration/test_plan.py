@@ -89,3 +89,41 @@ def test_the_model_predicts_what_a_replay_through_the_real_gateway_measures(tmp_
     assert abs(found.attainment_points) <= 3, (predicted["slo_attainment"], measured["slo_attainment"])
     assert abs(found.cost_ratio) <= 0.03, (predicted["cost_usd"], measured["cost_usd"])
     assert abs(found.p95_ratio) <= 0.15, (predicted["ttft_ms"], measured["ttft_ms"])
+
+
+def test_plan_calibrates_its_model_from_a_running_gateways_route_figures(tmp_path):
+    import openai  # noqa: PLC0415
+
+    from router.app import create_app  # noqa: PLC0415
+    from router.config import parse_config  # noqa: PLC0415
+    from tests.servers import ThreadServer  # noqa: PLC0415
+
+    admin = "a" * 32
+    dedicated = SimProfile(kind=Kind.DEDICATED, name="d", prefill_tokens_per_s=20_000, itl_s=0.004, seed=1)
+    serverless = SimProfile(kind=Kind.SERVERLESS, name="s", ttft=SERVERLESS_PRESETS["fast"], seed=2)
+    with Sim(dedicated) as ded, Sim(serverless) as sl:
+        config = parse_config(
+            f"auth: {{allow_anonymous: true, admin_key: {admin}}}\nmodels:\n  m:\n"
+            f"    dedicated: [{{name: d, base_url: '{ded.base_url}', model: d, max_concurrency: 1}}]\n"
+            f"    serverless: [{{name: s, base_url: '{sl.base_url}', model: s}}]\n",
+            {},
+        )
+        with ThreadServer(create_app(config)) as gateway:
+            client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0)
+            for _ in range(6):  # one at a time: dedicated has the slot, so every one lands there
+                stream = client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "x" * 8000}], max_tokens=4, stream=True
+                )
+                assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            done = run_cli(
+                "plan", str(TRACE), "--minutes", "1", "--replicas", "0", "1", "--max-concurrency", "16",
+                "--max-queue-ms", "0", "--canary", "100", "--calibrate", gateway.url, "--model", "m",
+                "--admin-key", admin, "--out", str(tmp_path),
+            )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "calibrated from" in done.stderr and "d: prefill" in done.stderr
+    fitted = orjson.loads((tmp_path / "plan.json").read_bytes())["dedicated"]
+    # ~2,000-token prompts in ~0.1 s of prefill: the fit is near the simulator's 20,000 tokens/s
+    # (the calibration's 80 ms overhead is kept, so the fit reads the rest as prefill)
+    assert fitted["prefill_tokens_per_s"] > 16_500 * 1.2
+    assert fitted["itl_s"] < 0.0186  # the simulator's 4 ms steps, not the calibration's 18.6 ms
