@@ -161,6 +161,7 @@ def create_app(
         ("telemetry", telemetry),
         ("ledger", ledger),
         ("canary", controller),
+        ("keep_warm", keep_warm),
     ):
         setattr(app.state, name, value)
     for path in api.PROXIED_PATHS:

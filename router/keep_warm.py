@@ -106,6 +106,11 @@ class KeepWarm:
         shortest = min((r.warm.interval_s for r in self._routes), default=1.0)
         self._tick_s = min(1.0, shortest / 4, leader_ttl_s / 3)
 
+    @property
+    def token(self) -> str:
+        """This process's claim on the `keep_warm` leader lease."""
+        return self._token
+
     def start(self) -> None:
         if self._routes:
             self._task = asyncio.get_running_loop().create_task(

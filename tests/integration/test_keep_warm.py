@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import httpx
+import redis
 
 from policies.types import Snapshot
 from router.app import create_app
@@ -34,10 +35,12 @@ def config_text(sl: Sim, redis_url: str = "", **warm: object) -> str:
 
 
 def test_two_replicas_sharing_redis_send_one_replicas_probes_and_hand_over(redis_url):
+    leader_key = "tidegate:leader:keep_warm"
     with Sim(serverless_profile()) as sl:
         config = parse_config(config_text(sl, redis_url), {})
-        first = ThreadServer(create_app(config)).__enter__()
-        second = ThreadServer(create_app(config)).__enter__()
+        apps = [create_app(config), create_app(config)]
+        servers = [ThreadServer(app).__enter__() for app in apps]
+        stopped: set[int] = set()
         try:
             started = time.monotonic()
             wait_until(lambda: sl.stats()["requests"] >= 8, timeout=20)
@@ -45,16 +48,23 @@ def test_two_replicas_sharing_redis_send_one_replicas_probes_and_hand_over(redis
             # two senders would make twice as many; one makes at most one per interval
             assert sl.stats()["requests"] <= elapsed / INTERVAL_S + 2
             report = httpx.get(
-                first.url + "/admin/routes?window=1m", headers={"authorization": f"Bearer {ADMIN}"}
+                servers[0].url + "/admin/routes?window=1m", headers={"authorization": f"Bearer {ADMIN}"}
             ).json()
             route = report["models"]["m"]["routes"]["sl"]
             assert route["requests"] == 0  # probes are not traffic
-            first.__exit__(None, None, None)  # the leader or not: the other one carries on
+            raw = redis.Redis.from_url(redis_url)
+            holder = raw.get(leader_key).decode()
+            [leader] = [i for i, app in enumerate(apps) if app.state.keep_warm.token == holder]
+            servers[leader].__exit__(None, None, None)  # the leader stops: it resigns its lease
+            stopped.add(leader)
+            other = apps[1 - leader].state.keep_warm.token
+            wait_until(lambda: raw.get(leader_key) == other.encode(), timeout=10)
             before = sl.stats()["requests"]
-            wait_until(lambda: sl.stats()["requests"] >= before + 4, timeout=20)
+            wait_until(lambda: sl.stats()["requests"] >= before + 4, timeout=20)  # from the other
         finally:
-            first.__exit__(None, None, None)
-            second.__exit__(None, None, None)
+            for i, server in enumerate(servers):
+                if i not in stopped:
+                    server.__exit__(None, None, None)
 
 
 async def test_dedicated_busy_waits_for_a_busy_pool_and_the_days_budget_stops_the_probes():
