@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -46,6 +43,7 @@ from router.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route
 from router.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
 from router.replay import load, window
 from router.timelapse import scale_config
+from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "traces"
@@ -77,45 +75,6 @@ class Comparison:
     @property
     def p95_ratio(self) -> float:
         return self.predicted["ttft_ms"]["p95"] / self.measured["ttft_ms"]["p95"] - 1
-
-
-class _Process:
-    """`tidegate ARGS` as an OS process; its URL read from its first announcing line."""
-
-    def __init__(self, *args: str) -> None:
-        self.args = [sys.executable, "-m", "router.cli", *args]
-        self.proc: subprocess.Popen[str] | None = None
-        self.url = ""
-        self.output: list[str] = []
-
-    def __enter__(self) -> _Process:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + 30
-        for line in self.proc.stdout:
-            self.output.append(line)
-            found = re.search(r"(http://[\d.]+:\d+/v1)", line)
-            if found:
-                self.url = found.group(1)
-                break
-            if time.monotonic() > deadline:
-                break
-        if not self.url:
-            self.__exit__()
-            raise RuntimeError("process did not announce a URL:\n" + "".join(self.output))
-        threading.Thread(target=self._drain, daemon=True).start()
-        return self
-
-    def _drain(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 def gateway_config(plan: Plan, dedicated_urls: Sequence[str], serverless_url: str) -> str:
@@ -160,7 +119,7 @@ def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Ite
     with ExitStack() as stack:
         dedicated = [
             stack.enter_context(
-                _Process(
+                CliProcess(
                     "sim",
                     "--profile",
                     "dedicated",
@@ -174,7 +133,7 @@ def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Ite
             for i in range(plan.replicas)
         ]
         serverless = stack.enter_context(
-            _Process(
+            CliProcess(
                 "sim",
                 "--profile",
                 "serverless",
@@ -190,7 +149,7 @@ def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Ite
         scaled = workdir / f"gateway.x{speed:g}.yaml"
         scaled.write_text(scale_config(config.read_text(), speed, os.environ))
         gateway = stack.enter_context(
-            _Process("--log-level", "warning", "serve", "--config", str(scaled), "--port", "0")
+            CliProcess("--log-level", "warning", "serve", "--config", str(scaled), "--port", "0")
         )
         yield gateway.url, config, serverless.url
 
