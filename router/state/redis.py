@@ -13,7 +13,11 @@ dropped from the line by the next acquire. A line of `max_waiters` is not joined
 
 An acquire that fails on the client side (a timeout, a cancellation, a lost connection) may
 still run on the server, admitting a token nobody holds: every such path removes the token
-in the background, retrying until the lease TTL, so no ghost lease outlives the failure.
+in the background, retrying until the lease TTL, so no ghost lease outlives the failure. The
+removal also leaves a tombstone for the token (`...:gone:{pool}:TOKEN`, one lease TTL) that
+the acquire script checks first: the acquire and its removal travel on different connections
+(the acquire may still sit in the batcher's next pipeline), so the removal can reach Redis
+first, and the acquire arriving after it must then admit nothing.
 
 Every script touches the keys of one pool or one route only (the `{pool}` / `{route}` hash
 tags), so the same store runs on a single Redis and on Redis Cluster (`state.redis_cluster`
@@ -83,6 +87,7 @@ from router.state.redis_scripts import (
     COUNT,
     FORGET_PENDING,
     LEAD,
+    REMOVE,
     RENEW,
     SETTLE_TASK,
     TASK_FEEDBACK,
@@ -158,6 +163,7 @@ class RedisStore:
         self._probe_key = f"{prefix}:probe"
         self._acquire_sha = self._redis.register_script(ACQUIRE).sha
         self._forget_sha = self._redis.register_script(FORGET_PENDING).sha
+        self._remove_sha = self._redis.register_script(REMOVE).sha
         self._settle_sha = self._redis.register_script(SETTLE_TASK).sha
         self._feedback_sha = self._redis.register_script(TASK_FEEDBACK).sha
         self._batch = Batcher(self._redis)
@@ -178,13 +184,15 @@ class RedisStore:
     def key(self, pool: str) -> str:
         return f"{self._prefix}:slots:{{{pool}}}"
 
-    def _line_keys(self, pool: str) -> list[str]:
-        """slots, queue, seen, pending prompt tokens (hash by lease token), their sum."""
+    def _line_keys(self, pool: str, token: str) -> list[str]:
+        """slots, queue, seen, pending prompt tokens (hash by lease token), their sum, and the
+        tombstone `token` gets if its acquire is given up."""
         return [
             self.key(pool),
             f"{self._prefix}:queue:{{{pool}}}",
             f"{self._prefix}:seen:{{{pool}}}",
             *self._pending_keys(pool),
+            f"{self._prefix}:gone:{{{pool}}}:{token}",
         ]
 
     def _pending_keys(self, pool: str) -> list[str]:
@@ -203,7 +211,7 @@ class RedisStore:
         if self.degraded:
             return await self._acquire_locally(pool, slots, wait_s)
         token = uuid.uuid4().hex
-        keys = self._line_keys(pool)
+        keys = self._line_keys(pool, token)
         try:
             pending = await self._wait_in_line(pool, keys, slots, token, wait_s)
         except RedisError as exc:
@@ -255,19 +263,15 @@ class RedisStore:
         self.degraded = True
 
     async def _remove(self, keys: list[str], token: str, weight: int) -> None:
-        """`token` out of the pool's slots (all `weight` members) and out of its line."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zrem(keys[0], *members(token, weight))
-            pipe.zrem(keys[1], token)
-            pipe.zrem(keys[2], token)
-            pipe.eval(FORGET_PENDING, 2, keys[3], keys[4], token)
-            await pipe.execute()
+        """`token` out of the pool's slots (all `weight` members), its line and its pending
+        tokens, and marked gone so that its acquire, wherever it still is, admits nothing."""
+        await self._batch.call_script(self._remove_sha, REMOVE, keys, [token, weight, self._ttl_ms])
 
     def _forget_later(self, keys: list[str], token: str, weight: int) -> None:
         """An acquire that failed on our side may still run (or have run) on the server,
         admitting or queueing `token`: remove it from the slots and the line in the
-        background, retrying until the lease would have expired anyway. Redis runs commands
-        in the order they arrive, so the removal lands after the acquire it undoes."""
+        background, retrying until the lease would have expired anyway. The removal may reach
+        Redis before the acquire it undoes: its tombstone makes that acquire admit nothing."""
 
         async def forget() -> None:
             give_up = time.monotonic() + self._ttl_ms / 1000
@@ -500,7 +504,7 @@ class RedisStore:
             pipe.hgetall(self._canary_key)
             pipe.hgetall(self._probe_key)
             for pool in self._pools:
-                line = self._line_keys(pool)
+                line = self._line_keys(pool, "")
                 pipe.eval(COUNT, 3, line[0], line[1], line[4])
             for route in self._routes:
                 pipe.eval(CIRCUITS, 1, self.breaker_key(route))

@@ -10,14 +10,19 @@ local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 """
 
-# KEYS: slots, queue, seen, pending (hash: token -> prompt tokens), pending sum. ARGV: capacity,
-# token, ttl_ms, wait (1: join or stay in line), stale_ms, weight (slots this request takes:
-# members TOKEN, TOKEN#2 ...), max_waiters, prompt tokens, max pending tokens (-1: no limit).
-# Returns 1 + the pool's pending prompt tokens when admitted, 0 when not (in line if asked),
-# -1 when the line is full. Expired leases take their pending tokens with them.
+# KEYS: slots, queue, seen, pending (hash: token -> prompt tokens), pending sum, the token's
+# tombstone. ARGV: capacity, token, ttl_ms, wait (1: join or stay in line), stale_ms, weight
+# (slots this request takes: members TOKEN, TOKEN#2 ...), max_waiters, prompt tokens, max
+# pending tokens (-1: no limit). Returns 1 + the pool's pending prompt tokens when admitted, 0
+# when not (in line if asked), -1 when the line is full. Expired leases take their pending
+# tokens with them. A token REMOVE has marked gone is never admitted nor queued: its caller
+# gave up, and the removal may have reached Redis before this acquire did.
 ACQUIRE = (
     NOW_MS
     + """
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  return 0
+end
 if redis.call('HLEN', KEYS[4]) > 0 then
   local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
   for i = 1, #expired do
@@ -91,6 +96,27 @@ end
 return 1
 """
 )
+
+# KEYS: slots, queue, seen, pending hash, pending sum, the token's tombstone. ARGV: token,
+# weight, ttl_ms. Takes a token whose acquire failed on the client side (or whose wait is over)
+# out of the slots, the line and the pending tokens, and marks it gone for ttl_ms so that an
+# acquire of it still on its way (another connection, a later pipeline) admits nothing.
+REMOVE = """
+local token = ARGV[1]
+redis.call('ZREM', KEYS[1], token)
+for i = 2, tonumber(ARGV[2]) do
+  redis.call('ZREM', KEYS[1], token .. '#' .. i)
+end
+redis.call('ZREM', KEYS[2], token)
+redis.call('ZREM', KEYS[3], token)
+local t = redis.call('HGET', KEYS[4], token)
+if t then
+  redis.call('HDEL', KEYS[4], token)
+  redis.call('DECRBY', KEYS[5], t)
+end
+redis.call('SET', KEYS[6], '1', 'PX', tonumber(ARGV[3]))
+return 1
+"""
 
 # KEYS: a pool's pending hash and pending sum. ARGV: a lease token. Its prompt tokens are no
 # longer pending (first token, release or a failed acquire). Returns the pool's pending sum.

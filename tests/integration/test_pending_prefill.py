@@ -82,6 +82,14 @@ async def test_no_sequence_of_first_tokens_releases_and_cancellations_leaves_tok
     for lease in held:
         await store.release(lease)  # idempotent for those already released
     await pending(store, 0)  # a cancelled acquire left no tokens behind for a lease nobody holds
+    await in_flight(store, 0)  # nor a slot
+
+
+async def in_flight(store: StateStore, expected: int) -> None:
+    deadline = asyncio.get_running_loop().time() + 5
+    while store.snapshot().in_flight.get("p", 0) != expected:
+        assert asyncio.get_running_loop().time() < deadline, store.snapshot().in_flight
+        await asyncio.sleep(0.01)
 
 
 async def test_released_leases_leave_nothing_pending(store):
