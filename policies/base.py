@@ -30,6 +30,7 @@ class Reason(StrEnum):
     FAILOVER = "failover"  # an earlier target failed before the first byte
     SERVERLESS_ONLY = "serverless_only"  # the model has no dedicated endpoint
     PREDICTED_SLOW = "predicted_slow"  # dedicated's predicted TTFT was over budget and serverless's better
+    HEDGED = "hedged"  # dedicated's first token was slow: a serverless hedge answered first
 
     @property
     def is_spill(self) -> bool:

@@ -25,6 +25,7 @@ class Walk(Generic[T]):
     reason: Reason
     attempts: list[Attempt] = field(default_factory=list)
     last: T | None = None  # the target of the latest attempt (None before the first)
+    hedged: bool = False  # a hedge raced the first attempt (its attempt is among `attempts`)
     _cursor: int = 0
 
     def ahead(self) -> Iterator[tuple[int, T]]:
@@ -50,6 +51,11 @@ class Walk(Generic[T]):
             self.reason = Reason.FAILOVER
         self.last = target
 
+    @property
+    def retries(self) -> int:
+        """Attempts after the first, the hedge's not counted (it is no retry)."""
+        return max(0, len(self.attempts) - 1 - self.hedged)
+
     def failed(self, attempt: Attempt) -> None:
         """The attempt at the cursor failed before the first byte: the cursor moves on."""
         self.attempts.append(attempt)
@@ -66,7 +72,9 @@ class Walk(Generic[T]):
 
     def served_outcome(self) -> Outcome:
         """How a served request's attempts went: first try, served by the endpoint of its
-        first attempt (`retried_ok`), or by another one (`failed_over_ok`)."""
+        first attempt (`retried_ok`), or by another one (`failed_over_ok`); or hedged."""
+        if self.hedged:
+            return Outcome.HEDGED_OK
         if len(self.attempts) <= 1:
             return Outcome.FIRST_TRY
         if self.last is not None and self.attempts[0].endpoint == self.last.name:

@@ -15,7 +15,7 @@ from policies.types import route_key
 from router.config import DedicatedEndpoint, Endpoint, ServerlessEndpoint
 from router.economics import token_cost_usd
 from router.job import Job, ms_since
-from router.records import Measures, Outcome, Recorder, RequestRecord
+from router.records import Hedge, Measures, Outcome, Recorder, RequestRecord
 from router.relay import StreamResult, Usage, parsed_body, usage_of
 from router.state.latency import Metric
 from router.success import AnswerShape, judge
@@ -159,6 +159,7 @@ class Books:
                 success=ok,
                 cost_usd=cost,
                 at=time.time(),
+                hedge=job.hedge,
             )
         )
 
@@ -189,8 +190,8 @@ class Books:
             counts[f"fail:{_failure_name(status, measures)}"] = 1
         if status >= 400 or measures.error is not None:
             counts["errors"] = 1
-        if len(job.walk.attempts) > 1:
-            counts["retries"] = len(job.walk.attempts) - 1
+        if job.walk.retries:
+            counts["retries"] = job.walk.retries
         if measures.input_tokens:
             counts["tokens_in"] = measures.input_tokens
         if measures.output_tokens:
@@ -209,6 +210,23 @@ class Books:
         model = job.facts.request.model
         self._store.count(route_key(model, target.name if target else "-"), counts)
         self._count_failed_attempts(job, target)
+        if job.hedge is not None:
+            self._count_hedge(job, job.hedge)
+
+    def _count_hedge(self, job: Job, hedge: Hedge) -> None:
+        """On the winner's route `hedge_won`; on the loser's `hedge_lost`, the prompt tokens it
+        was sent for nothing and, serverless, what they cost (spend, never a request). A
+        dedicated loser's slot time is counted with the failed attempts, as wasted."""
+        model = job.facts.request.model
+        if job.walk.last is not None:
+            self._store.count(route_key(model, job.walk.last.name), {"hedge_won": 1})
+        loser = next((e for e in job.facts.config.endpoints if e.name == hedge.loser), None)
+        counts = {"hedge_lost": 1.0, "hedge_tokens_in": float(hedge.duplicate_tokens_in)}
+        if isinstance(loser, ServerlessEndpoint):
+            counts["hedge_usd"] = token_cost_usd(
+                hedge.duplicate_tokens_in, 0, loser.usd_per_mtok_in, loser.usd_per_mtok_out
+            )
+        self._store.count(route_key(model, hedge.loser), counts)
 
     def _count_failed_attempts(self, job: Job, target: Endpoint | None) -> None:
         attempts = job.walk.attempts

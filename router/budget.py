@@ -13,7 +13,7 @@ import time
 from router.config import RetryConfig
 
 
-class _Window:
+class Window:
     """Event counts per whole second over the last `seconds` (a ring of buckets)."""
 
     def __init__(self, seconds: float) -> None:
@@ -36,8 +36,8 @@ class _Window:
 class RetryBudget:
     def __init__(self, config: RetryConfig) -> None:
         self._config = config
-        self._requests = _Window(config.budget_window_s)
-        self._retries = _Window(config.budget_window_s)
+        self._requests = Window(config.budget_window_s)
+        self._retries = Window(config.budget_window_s)
 
     def request(self, now: float | None = None) -> None:
         self._requests.add(time.monotonic() if now is None else now)

@@ -359,6 +359,18 @@ class CanaryControllerConfig(_Frozen):
         return tuple(walk)
 
 
+class HedgeConfig(_Frozen):
+    """A stream whose dedicated attempt has no first event `after_ms` after it was sent also
+    starts its serverless attempt; the first of the two to produce a first event is relayed,
+    the other cancelled at once (its slot released). At most `max_percent` of the model's
+    requests hedge within `window_s` (per process); non-stream requests never hedge (their
+    first byte is the whole answer). See router/hedge.py."""
+
+    after_ms: Annotated[float, Field(gt=0, le=600_000)]
+    max_percent: Annotated[float, Field(gt=0, le=100)] = 5.0
+    window_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+
+
 class ModelConfig(_Frozen):
     policy: str = "dedicated_first"  # a name from policies.registry
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
@@ -369,8 +381,15 @@ class ModelConfig(_Frozen):
     retry: RetryConfig = RetryConfig()
     success: SuccessConfig = SuccessConfig()
     canary: CanaryControllerConfig | None = None  # the canary controller; none: set by hand only
+    hedge: HedgeConfig | None = None  # none: a slow first token is waited for, never hedged
     dedicated: tuple[DedicatedEndpoint, ...] = ()
     serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order
+
+    @model_validator(mode="after")
+    def _hedge_needs_both_kinds(self) -> ModelConfig:
+        if self.hedge is not None and not (self.dedicated and self.serverless):
+            raise ValueError("hedge needs both a dedicated and a serverless endpoint to race")
+        return self
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:

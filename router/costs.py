@@ -94,6 +94,12 @@ def route_costs(endpoint: DedicatedEndpoint | ServerlessEndpoint, c: Counts, spa
             k.removeprefix("fail:"): int(v) for k, v in sorted(c.items()) if k.startswith("fail:") and v
         },
         "feedback_failed": int(c.get("feedback_failed", 0)),
+        "hedges": {
+            "won": int(c.get("hedge_won", 0)),
+            "lost": int(c.get("hedge_lost", 0)),
+            "duplicate_tokens_in": int(c.get("hedge_tokens_in", 0)),
+            "cost_usd": _usd(c.get("hedge_usd", 0.0)),
+        },
     }
     if isinstance(endpoint, DedicatedEndpoint):
         paid = provisioned(endpoint, span.start, span.end)
@@ -110,9 +116,10 @@ def route_costs(endpoint: DedicatedEndpoint | ServerlessEndpoint, c: Counts, spa
             "wasted_busy_s": round(wasted_s, 3),
         }
     else:
-        # keep-warm probes are spend on the route, never requests or tasks (router/keep_warm.py)
+        # keep-warm probes and hedge losers' prompts are spend on the route, never requests or
+        # tasks (router/keep_warm.py, router/hedge.py)
         keep_warm_usd = c.get("keep_warm_usd", 0.0)
-        cost = c.get("cost_usd", 0.0) + keep_warm_usd
+        cost = c.get("cost_usd", 0.0) + keep_warm_usd + c.get("hedge_usd", 0.0)
         entry |= {
             "cost_usd": _usd(cost),
             "wasted_usd": _usd(c.get("wasted_usd", 0.0)),

@@ -14,22 +14,22 @@ import logging
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
-from policies.base import Policy, RequestContext
+from policies.base import Policy, Reason, RequestContext
 from policies.predicted_ttft import Admission
 from policies.types import route_key
 from router.attempts import Walk, tidegate_headers
 from router.bookkeeping import Books, end_span
 from router.breaker import Breakers
 from router.budget import RetryBudget
-from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ResponseModel
+from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ResponseModel, ServerlessEndpoint
 from router.errors import (
     INTERNAL_ERROR_MESSAGE,
     REQUEST_TIMEOUT_MESSAGE,
@@ -41,9 +41,10 @@ from router.errors import (
     UpstreamFailure,
     UpstreamStatus,
 )
+from router.hedge import HedgeShare, race
 from router.job import Facts, Job, ms_since, overhead_ms
 from router.openai import PATHS, RequestPeek, model_renamer, peek, upstream_body
-from router.records import Attempt, Measures, Outcome
+from router.records import Attempt, Hedge, Measures, Outcome
 from router.relay import SseRelay, StreamResult, relay_stream
 from router.signals import Signals
 from router.state.base import Lease, Slots
@@ -76,6 +77,8 @@ class Reply:
     stream: AsyncIterator[bytes] | None = None
     on_close: Callable[[], Awaitable[None]] | None = None
     result: StreamResult | None = None
+    # a hedge race's loser that answered too late: close and release, record nothing
+    discard: Callable[[], Awaitable[None]] | None = None
 
 
 class Leases(Protocol):
@@ -110,6 +113,7 @@ class Dispatcher:
         self._signals = signals
         self._breakers = breakers
         self._budgets = {name: RetryBudget(model.retry) for name, model in config.models.items()}
+        self._hedges = {name: HedgeShare(m.hedge) for name, m in config.models.items() if m.hedge is not None}
         self._telemetry = telemetry
         self._upstream = upstream
         self._books = books
@@ -169,6 +173,9 @@ class Dispatcher:
         self._body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
         job.span = self._telemetry.start_request(path, request.model, headers)
         self._budgets[request.model].request()
+        hedges = self._hedges.get(request.model)
+        if hedges is not None:
+            hedges.request()
         try:
             async with asyncio.timeout_at(deadline):  # a stream's relay keeps to it too
                 return await self._attempts(job)
@@ -197,7 +204,7 @@ class Dispatcher:
         """The first attempt runs bare (most requests need no other); after a failure that
         may be retried, tenacity owns the backoff and stop rules for the rest."""
         try:
-            return await self._attempt(job)
+            return await self._first_attempt(job)
         except UpstreamFailure as exc:
             if not self._should_retry(job, exc, 1):
                 raise
@@ -214,6 +221,52 @@ class Dispatcher:
             with attempt:
                 return await self._attempt(job)
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
+
+    async def _first_attempt(self, job: Job) -> Reply:
+        """The first attempt; a stream of a hedged model whose first target is dedicated races
+        a serverless hedge once its request has been out `hedge.after_ms` (router/hedge.py)."""
+        hedge = job.facts.config.hedge
+        if hedge is None or not job.facts.request.stream or not isinstance(job.walk.next, DedicatedEndpoint):
+            return await self._attempt(job)
+        job.sent = asyncio.Event()
+        hedge_job: Job | None = None
+
+        def start_hedge() -> Coroutine[Any, Any, Reply] | None:
+            nonlocal hedge_job
+            target = next((t for t in job.walk.targets if isinstance(t, ServerlessEndpoint)), None)
+            if target is None or not isinstance(job.walk.last, DedicatedEndpoint):
+                return None  # nothing to hedge with, or the first attempt went serverless anyway
+            if not self._hedges[job.facts.request.model].try_hedge():
+                return None
+            hedge_job = job.hedge_to(Walk((target,), Reason.HEDGED))
+            return self._attempt(hedge_job)
+
+        raced = await race(self._attempt(job), job.sent, hedge.after_ms / 1000, start_hedge, _discard)
+        if not raced.hedged:
+            return raced.answer
+        assert hedge_job is not None
+        winner, loser = (hedge_job, job) if raced.hedge_won else (job, hedge_job)
+        self._settle_hedge(winner, loser, raced.answer, hedge_won=raced.hedge_won)
+        return raced.answer
+
+    def _settle_hedge(self, winner: Job, loser: Job, reply: Reply, *, hedge_won: bool) -> None:
+        """The winner's walk holds both attempts, the first attempt's first (a loser that was
+        still running is `HedgeLost`), and its answer's headers say so. A hedge that lost
+        before it was even sent cost nothing."""
+        lost = list(loser.walk.attempts)
+        target = loser.walk.last
+        if target is not None and not lost:  # cancelled: its own record of it comes too late
+            lost.append(Attempt(target.name, "HedgeLost", ms_since(loser.attempt_started)))
+            end_span(loser.attempt_span, "HedgeLost")
+        walk = winner.walk
+        walk.attempts[:] = [*lost, *walk.attempts] if hedge_won else [*walk.attempts, *lost]
+        walk.hedged = True
+        served = walk.last
+        assert served is not None
+        duplicate = winner.facts.request.prompt_tokens if target is not None else 0
+        loser_name = (target or loser.walk.targets[0]).name
+        winner.hedge = Hedge(served.kind.value, loser_name, duplicate)
+        reply.headers.update(tidegate_headers(walk, walk.served_outcome(), winner.overhead_ms, served.model))
 
     def _should_retry(self, job: Job, exc: BaseException | None, attempt_number: int) -> bool:
         """Retry a retryable failure while attempts remain. Failing over to another endpoint
@@ -252,6 +305,8 @@ class Dispatcher:
         context = trace_headers(job.attempt_span)
         route = route_key(facts.request.model, target.name)
         response: httpx.Response | None = None
+        if job.sent is not None:
+            job.sent.set()
         try:
             response = await self._upstream.open(
                 target, facts.path, body, facts.headers, trace_context=context, client_ip=facts.client_ip
@@ -360,9 +415,12 @@ class Dispatcher:
             self._prefilled(job, lease)
         relayed = relay_stream(relay, first, chunks, expect_done=done_terminated)
 
-        async def close() -> None:
+        async def discard() -> None:
             await response.aclose()
             await self._release(lease)
+
+        async def close() -> None:
+            await discard()
             if isinstance(result.error, UpstreamFailure):  # the upstream failed mid-stream
                 self._breakers.record(route_key(facts.request.model, target.name), False, facts.snapshot)
             self._books.stream_done(job, target, response.status_code, result)
@@ -373,6 +431,7 @@ class Dispatcher:
             stream=relayed,
             on_close=close,
             result=result,
+            discard=discard,
         )
 
     def _failed(self, job: Job, exc: GatewayError) -> Reply:
@@ -421,6 +480,14 @@ class Dispatcher:
             wait = base * random.uniform(0.5, 1.0)
         job.backoff_ms += wait * 1000
         return wait
+
+
+async def _discard(reply: Reply) -> None:
+    """A hedge race's late answer: its upstream closed and its slot released, unrecorded."""
+    if reply.stream is not None and hasattr(reply.stream, "aclose"):
+        await reply.stream.aclose()
+    if reply.discard is not None:
+        await reply.discard()
 
 
 def _failure(state: RetryCallState) -> BaseException | None:

@@ -3,6 +3,7 @@ targets (router/attempts.py), and what its attempts measured so far."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from policies.types import Snapshot
 from router.attempts import Walk
 from router.config import Endpoint, ModelConfig
 from router.openai import RequestPeek
+from router.records import Hedge
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,14 @@ class Job:
     budget_denied: bool = False  # a retry was wanted and the model's budget said no
     overhead_ms: float | None = None
     bodies: dict[str, bytes] = field(default_factory=dict)  # upstream model id -> encoded body
+    sent: asyncio.Event | None = None  # set when an attempt's request goes out (hedged models only)
+    deferred_ms: float = 0.0  # a hedge attempt's: how long after arrival it started
+    hedge: Hedge | None = None  # the request hedged: who won, what the loser cost
+
+    def hedge_to(self, walk: Walk[Endpoint]) -> Job:
+        """The hedge attempt's own job: the same facts and bodies, its own walk and timings."""
+        started = ms_since(self.facts.received_at)
+        return Job(self.facts, walk, span=self.span, bodies=self.bodies, deferred_ms=started)
 
 
 def ms_since(since: float) -> float:
@@ -62,4 +72,5 @@ def overhead_ms(job: Job) -> float:
     minus the wait in line, backoff sleeps and the time each upstream attempt took (the
     current one up to its headers or first event)."""
     upstream = sum(a.duration_ms for a in job.walk.attempts)
-    return max(0.0, ms_since(job.facts.received_at) - job.queue_ms - job.backoff_ms - upstream)
+    waited = job.queue_ms + job.backoff_ms + job.deferred_ms
+    return max(0.0, ms_since(job.facts.received_at) - waited - upstream)

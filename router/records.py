@@ -24,6 +24,7 @@ class Outcome(StrEnum):
     FIRST_TRY = "first_try"  # the first attempt served it
     RETRIED_OK = "retried_ok"  # served by a later attempt at the same endpoint
     FAILED_OVER_OK = "failed_over_ok"  # served by another endpoint after a failure
+    HEDGED_OK = "hedged_ok"  # a slow first token was hedged: served by whichever answered first
     EXHAUSTED = "exhausted"  # every attempt allowed (by count, budget or time) failed
     CLIENT_ERROR = "client_error"  # the upstream rejected the request itself (4xx): not retried
     CLIENT_GONE = "client_gone"  # the client left before the answer was complete
@@ -37,6 +38,17 @@ class Attempt:
     error: str | None  # None: this attempt served the request
     duration_ms: float
     detail: str | None = None  # for the operator: what the transport said (never sent to clients)
+
+
+@dataclass(frozen=True, slots=True)
+class Hedge:
+    """A request whose slow first attempt was hedged (router/hedge.py): the kind of endpoint
+    that won, and the attempt that lost (cancelled, or failed) with the prompt tokens sent to
+    it for nothing."""
+
+    winner: str  # "dedicated" or "serverless"
+    loser: str  # the losing endpoint's name
+    duplicate_tokens_in: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,7 @@ class RequestRecord:
     success: bool | None = None  # served, complete and passing the automatic checks (router/success.py)
     cost_usd: float = 0.0  # serverless: its tokens at the endpoint's prices (dedicated: priced by time)
     at: float | None = None  # wall-clock time it was recorded (Unix s): the access log replays as a trace
+    hedge: Hedge | None = None  # its slow first attempt was hedged
 
 
 @dataclass(slots=True)

@@ -157,6 +157,18 @@ class Telemetry:
         self.retries = Counter(
             "tidegate_retries", "Retry attempts, by the request's outcome", ("model", "outcome"), registry=r
         )
+        self.hedges = Counter(
+            "tidegate_hedges",
+            "Requests whose slow dedicated first token was hedged, by the kind that answered first",
+            ("model", "winner"),
+            registry=r,
+        )
+        self.hedge_tokens = Counter(
+            "tidegate_hedge_duplicate_input_tokens",
+            "Prompt tokens sent to a hedge race's loser for nothing (serverless: paid; dedicated: slot time)",
+            ("model", "loser"),
+            registry=r,
+        )
         self.cost = Counter(
             "tidegate_cost_usd",
             "Token-priced spend (serverless answers at their endpoint's prices); dedicated capacity "
@@ -202,8 +214,12 @@ class Telemetry:
             self.cost.labels(*labels).inc(record.cost_usd)
         if Reason(record.reason).is_spill:
             self.spills.labels(record.model, record.reason).inc()
-        if len(record.attempts) > 1:
-            self.retries.labels(record.model, record.outcome).inc(len(record.attempts) - 1)
+        retries = len(record.attempts) - 1 - (record.hedge is not None)
+        if retries > 0:
+            self.retries.labels(record.model, record.outcome).inc(retries)
+        if record.hedge is not None:
+            self.hedges.labels(record.model, record.hedge.winner).inc()
+            self.hedge_tokens.labels(record.model, record.hedge.loser).inc(record.hedge.duplicate_tokens_in)
 
     # --- tracing ------------------------------------------------------------------------
 

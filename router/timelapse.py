@@ -23,6 +23,7 @@ from router.config import (
     BreakerConfig,
     CanaryControllerConfig,
     EngineSignalConfig,
+    HedgeConfig,
     KeepWarmConfig,
     LimitsConfig,
     RetryConfig,
@@ -46,7 +47,10 @@ _MODEL: _Sections = (
     ("breaker", BreakerConfig, ("window_s", "cooldown_s", "max_cooldown_s")),
 )
 _ENDPOINT: _Sections = (("timeouts", TimeoutsConfig, ("ttft_s", "idle_s", "total_s")),)
-_OPTIONAL_MODEL: _Sections = (("canary", CanaryControllerConfig, ("interval_s",)),)
+_OPTIONAL_MODEL: _Sections = (
+    ("canary", CanaryControllerConfig, ("interval_s",)),
+    ("hedge", HedgeConfig, ("after_ms", "window_s")),
+)
 _OPTIONAL_ENDPOINT: _Sections = (
     ("engine_signal", EngineSignalConfig, ("interval_s", "stale_after_s", "dwell_s")),
     ("keep_warm", KeepWarmConfig, ("interval_s",)),

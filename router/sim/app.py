@@ -184,14 +184,16 @@ async def _read(request: Request, state: SimState, kind: str) -> tuple[dict[str,
     if served and payload.get("model") not in served:
         message = f"The model `{payload.get('model')}` does not exist."
         return {}, _error(404, message, "NotFoundError")
-    return payload, await _inject(state)
+    return payload, await _inject(state, request)
 
 
-async def _inject(state: SimState) -> Response | None:
+async def _inject(state: SimState, request: Request) -> Response | None:
     faults, engine, rng = state.profile.faults, state.engine, state.engine.rng
     if rng.random() < faults.stall_rate:
         engine.count_fault("stall")
-        await asyncio.sleep(state.profile.delay(faults.stall_s))
+        if not await _stall(request, state.profile.delay(faults.stall_s)):
+            engine.counters.cancelled += 1  # the client gave up on the stalled request
+            return _error(499, "client closed the request", "cancelled")
     if rng.random() < faults.rate_limit_rate:
         engine.count_fault("429")
         response = _error(429, "Rate limit reached (simulated)", "rate_limit_exceeded")
@@ -206,6 +208,24 @@ async def _inject(state: SimState) -> Response | None:
         engine.count_fault(str(status))
         return _error(status, "The server had an error (simulated)", "server_error")
     return None
+
+
+async def _stall(request: Request, seconds: float) -> bool:
+    """Sleep `seconds`; False as soon as the client disconnects instead (a gateway hedging a
+    stalled first token cancels it: the count of those is how a test sees the losers)."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    sleep = asyncio.ensure_future(asyncio.sleep(seconds))
+    gone = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({sleep, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleep.cancel()
+        gone.cancel()
+    return gone not in done
 
 
 def _error(status: int, message: str, kind: str) -> Response:

@@ -153,3 +153,36 @@ def test_every_problem_is_reported_at_once():
     with pytest.raises(ConfigError) as caught:
         parse_config(text, {})
     assert len(caught.value.problems) >= 4  # port, canary, base_url missing, model missing
+
+
+def test_the_example_hedges_slow_dedicated_first_tokens():
+    config = load_config(EXAMPLE, env={"TIDEGATE_API_KEY": "k1"})
+    hedge = config.models["deepseek-v4-pro"].hedge
+    assert hedge is not None
+    assert (hedge.after_ms, hedge.max_percent, hedge.window_s) == (1000, 5, 60)
+
+
+@pytest.mark.parametrize(
+    ("hedge", "refused_because"),
+    [
+        ("{max_percent: 5}", "after_ms"),  # required
+        ("{after_ms: 0}", "after_ms"),
+        ("{after_ms: 100, max_percent: 0}", "max_percent"),
+        ("{after_ms: 100, max_percent: 101}", "max_percent"),
+        ("{after_ms: 100, window_s: 0}", "window_s"),
+        ("{after_ms: 100, typo: 1}", "typo"),
+    ],
+)
+def test_a_wrong_hedge_is_refused_naming_its_key(hedge, refused_because):
+    text = MINIMAL.replace("  m:\n", f"  m:\n    hedge: {hedge}\n") + (
+        '    dedicated: [{name: d, base_url: "http://127.0.0.1:2/v1", model: x, max_concurrency: 4}]\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, {})
+    assert "hedge" in str(caught.value) and refused_because in str(caught.value)
+
+
+def test_a_hedge_needs_a_dedicated_endpoint_to_race():
+    with pytest.raises(ConfigError) as caught:
+        parse_config(MINIMAL.replace("  m:\n", "  m:\n    hedge: {after_ms: 100}\n"), {})
+    assert "hedge needs both a dedicated and a serverless endpoint" in str(caught.value)

@@ -160,6 +160,14 @@ def test_a_time_lapsed_config_divides_every_time_constant_and_keeps_secrets_as_r
     assert raw["state"]["window_s"] == 20
 
 
+def test_a_time_lapse_divides_the_hedge_delay_and_window():
+    text = scale_config(
+        CONFIG.replace("  m:\n", "  m:\n    hedge: {after_ms: 1000}\n"), 4, {"ADMIN_KEY": "k" * 32}
+    )
+    hedge = yaml.safe_load(text)["models"]["m"]["hedge"]
+    assert (hedge["after_ms"], hedge["window_s"]) == (250, 15)  # window_s: the default 60, made explicit
+
+
 def test_a_time_lapse_below_a_constants_floor_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match="window_s"):
         scale_config(CONFIG, 10, {"ADMIN_KEY": "k" * 32})  # 60 s / 10 is under the 10 s slice
