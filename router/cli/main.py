@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -162,19 +164,28 @@ def _canary_status(args: argparse.Namespace) -> int:
 
 
 def _show(fetch: Callable[[], Group], console: Console, *, watch: bool, every_s: float) -> int:
-    """Print `fetch()` once, or keep it live (refreshed every `every_s`) until Ctrl-C."""
+    """Print `fetch()` once, or keep it live (refreshed every `every_s`) until Ctrl-C.
+
+    Ctrl-C sets an event instead of raising KeyboardInterrupt wherever the main thread happens
+    to be: raised inside a lock's critical section (rich's, or the HTTP client's), it can leave
+    the lock held and the exit hung (seen once in the suite)."""
     try:
         if not watch:
             console.print(fetch())
             return 0
-        with Live(fetch(), console=console, refresh_per_second=4) as live:
-            while True:
-                time.sleep(every_s)
-                live.update(fetch())
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+        try:
+            with Live(fetch(), console=console, refresh_per_second=4) as live:
+                while not stop.wait(every_s):
+                    live.update(fetch())
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return 0
     except AdminCallFailed as exc:
         print(exc, file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C before the handler was installed
         return 0
 
 
