@@ -363,12 +363,14 @@ class HedgeConfig(_Frozen):
     """A stream whose dedicated attempt has no first event `after_ms` after it was sent also
     starts its serverless attempt; the first of the two to produce a first event is relayed,
     the other cancelled at once (its slot released). At most `max_percent` of the model's
-    requests hedge within `window_s` (per process); non-stream requests never hedge (their
-    first byte is the whole answer). See router/hedge.py."""
+    requests hedge within `window_s` (per process), and always `min_hedges` (so the first
+    stall after a quiet spell is hedged too); non-stream requests never hedge (their first
+    byte is the whole answer). See router/hedge.py."""
 
     after_ms: Annotated[float, Field(gt=0, le=600_000)]
     max_percent: Annotated[float, Field(gt=0, le=100)] = 5.0
     window_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    min_hedges: Annotated[int, Field(ge=0, le=1000)] = 1  # per window, whatever the share
 
 
 class ModelConfig(_Frozen):

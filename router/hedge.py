@@ -34,11 +34,12 @@ _background: set[asyncio.Task[Any]] = set()  # losers finishing their cleanup
 
 
 class HedgeShare:
-    """At most `max_percent` of a model's requests hedge within `window_s` (counted per
-    process, in one-second buckets: no I/O)."""
+    """At most `max_percent` of a model's requests hedge within `window_s`, or `min_hedges`
+    when that is more (counted per process, in one-second buckets: no I/O)."""
 
     def __init__(self, config: HedgeConfig) -> None:
         self._share = config.max_percent / 100
+        self._min = config.min_hedges
         self._requests = Window(config.window_s)
         self._hedges = Window(config.window_s)
 
@@ -48,7 +49,8 @@ class HedgeShare:
     def try_hedge(self, now: float | None = None) -> bool:
         """Spend one hedge if the share allows it (the request itself already counted)."""
         now = time.monotonic() if now is None else now
-        if self._hedges.total(now) + 1 > self._share * self._requests.total(now):
+        allowed = max(self._min, self._share * self._requests.total(now))
+        if self._hedges.total(now) + 1 > allowed:
             return False
         self._hedges.add(now)
         return True

@@ -115,7 +115,7 @@ async def test_no_hedge_starts_before_the_primarys_request_is_sent():
 
 
 def test_the_share_caps_hedges_per_window_and_forgets_old_ones():
-    share = HedgeShare(HedgeConfig(after_ms=100, max_percent=10, window_s=10))
+    share = HedgeShare(HedgeConfig(after_ms=100, max_percent=10, window_s=10, min_hedges=0))
     for _ in range(50):
         share.request(now=100.0)
     granted = sum(share.try_hedge(now=100.0) for _ in range(20))
@@ -184,3 +184,9 @@ async def test_the_loser_is_cancelled_as_soon_as_the_race_is_won():
     for _ in range(3):
         await asyncio.sleep(0)
     assert not running  # cancelled at once, not left to run out its stall
+
+
+def test_min_hedges_lets_a_quiet_model_hedge_its_first_stall():
+    share = HedgeShare(HedgeConfig(after_ms=100, max_percent=5, window_s=10, min_hedges=2))
+    share.request(now=0.0)
+    assert [share.try_hedge(now=0.0) for _ in range(3)] == [True, True, False]
