@@ -57,6 +57,7 @@ class EngineSample:
     max_running: float = float("inf")  # sequences the engine runs at once
     dispatched_since: int = 0
     completed_since: int = 0
+    mean_prompt_tokens: float | None = None  # of its finished requests (None: none yet, or not exported)
 
     def estimated_waiting(self) -> float:
         """Requests in the engine's queue now: new arrivals fill free running slots first."""

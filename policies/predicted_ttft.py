@@ -7,7 +7,12 @@ dedicated queue and spilling, by which is predicted quicker. Never wait and then
 `max_concurrency` stays a hard ceiling (the engine's `max_num_seqs`), not the steering signal.
 The prediction is a function of the snapshot; the store enforces it atomically at acquire
 (`Decision.admit_within`), so a burst that arrives between two snapshots cannot overfill the
-prefill queue."""
+prefill queue.
+
+With a pool's engine signal, the tokens ahead are the larger of the store's count (tidegate's
+admitted requests, every replica's) and the engine's own queue (its waiting requests, sized
+by its mean prompt): load from clients that bypass tidegate counts too, and the store's bound
+shrinks by what the engine holds beyond tidegate's count."""
 
 from __future__ import annotations
 
@@ -22,12 +27,20 @@ class Admission(StrEnum):
     PREDICTED_TTFT = "predicted_ttft"  # ... while the TTFT predicted there fits slo.ttft_budget_ms
 
 
+def tokens_ahead(snapshot: Snapshot, pool: str, prompt_tokens: int) -> float:
+    """Prompt tokens waiting for prefill on `pool`: the store's count, or the engine's queue
+    when that says more (clients that bypass tidegate)."""
+    pending = float(snapshot.pending_prompt_tokens.get(pool, 0))
+    queue = snapshot.engine_queue.get(pool)
+    return pending if queue is None else max(pending, queue.prompt_tokens(prompt_tokens))
+
+
 def predicted_ttft_ms(snapshot: Snapshot, pool: str, prompt_tokens: int) -> float | None:
     """The TTFT a request of `prompt_tokens` would see on `pool` now; None without a model."""
     model = snapshot.prefill.get(pool)
     if model is None:
         return None
-    return model.ttft_ms(snapshot.pending_prompt_tokens.get(pool, 0) + prompt_tokens)
+    return model.ttft_ms(tokens_ahead(snapshot, pool, prompt_tokens) + prompt_tokens)
 
 
 def spill_ttft_ms(model: str, snapshot: Snapshot, spill: Target, budget_ms: float, min_samples: int) -> float:
@@ -62,7 +75,7 @@ class PredictedTtftFirst:
         fits = [d for d in open_ if (predicted[d.name] or 0.0) <= self._budget_ms]
         if fits:
             within = {
-                d.name: snapshot.prefill[d.name].tokens_within(self._budget_ms)
+                d.name: _store_bound(snapshot, d.name, context.prompt_tokens, self._budget_ms)
                 for d in fits
                 if d.name in snapshot.prefill
             }
@@ -75,3 +88,10 @@ class PredictedTtftFirst:
             # over budget either way, and the dedicated queue is the quicker: go there, once
             return Decision((best, *serverless), Reason.BASELINE)
         return Decision(serverless, Reason.PREDICTED_SLOW)
+
+
+def _store_bound(snapshot: Snapshot, pool: str, prompt_tokens: int, budget_ms: float) -> int:
+    """The most tidegate-admitted tokens the store may let wait on `pool`: the budget's, less
+    what the engine holds beyond the store's own count."""
+    beyond = tokens_ahead(snapshot, pool, prompt_tokens) - snapshot.pending_prompt_tokens.get(pool, 0)
+    return max(0, snapshot.prefill[pool].tokens_within(budget_ms) - int(beyond))

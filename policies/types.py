@@ -72,6 +72,21 @@ class PrefillModel:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineQueue:
+    """What a dedicated pool's engine says waits in its queue: every client's requests, not
+    only tidegate's (vLLM's `num_requests_waiting`, this process's dispatches since the scrape
+    folded in), and the mean prompt of its finished requests (`request_prompt_tokens`)."""
+
+    waiting: float
+    mean_prompt_tokens: float | None = None  # None: nothing finished yet
+
+    def prompt_tokens(self, fallback: int) -> float:
+        """The prompt tokens waiting, each request sized as the mean (or `fallback`)."""
+        size = self.mean_prompt_tokens if self.mean_prompt_tokens is not None else fallback
+        return self.waiting * size
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the state store knows now. `now` is a monotonic time in seconds; `in_flight` maps a
     dedicated pool name to the leases held on it across every process sharing the store and
@@ -95,6 +110,7 @@ class Snapshot:
     # pool -> prompt tokens admitted and not yet at their first token (every process's)
     pending_prompt_tokens: Mapping[str, int] = field(default_factory=dict)
     prefill: Mapping[str, PrefillModel] = field(default_factory=dict)  # pool -> its TTFT model
+    engine_queue: Mapping[str, EngineQueue] = field(default_factory=dict)  # pool -> its engine's queue, fresh
 
     def queue_depth(self, pool: str) -> int:
         """Requests holding a slot on `pool` plus those in line for one."""

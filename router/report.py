@@ -164,6 +164,14 @@ def build_routes_report(
                         "overhead_ms": round(prefill.overhead_ms, 1),
                         "samples": prefill.samples,
                     }
+                    queue = snapshot.engine_queue.get(endpoint.name)
+                    if queue is not None:  # the engine's own queue, every client's
+                        entry["engine_queue"] = {
+                            "waiting": round(queue.waiting, 1),
+                            "mean_prompt_tokens": None
+                            if queue.mean_prompt_tokens is None
+                            else round(queue.mean_prompt_tokens, 1),
+                        }
             if c.get("keep_warm"):
                 failed = int(c.get("keep_warm_failed", 0))
                 entry["keep_warm"] = {"probes": int(c["keep_warm"]), "failed": failed}

@@ -28,7 +28,7 @@ from policies.engine import EngineLatches, EngineSample, engine_step
 from policies.hysteresis import Latch
 from policies.predicted_ttft import Admission
 from policies.slo import slo_step
-from policies.types import PrefillModel, Snapshot, route_key
+from policies.types import EngineQueue, PrefillModel, Snapshot, route_key
 from router.config import EngineSignalConfig, GatewayConfig, SloConfig
 from router.periodic import every
 from router.prefill import PrefillLearner
@@ -39,6 +39,7 @@ TICK_S = 0.1
 WAITING = "vllm:num_requests_waiting"
 RUNNING = "vllm:num_requests_running"
 KV_CACHE = "vllm:kv_cache_usage_perc"
+PROMPT_TOKENS = "vllm:request_prompt_tokens"  # histogram of finished requests' prompt lengths
 
 
 class EngineScrapeError(Exception):
@@ -51,8 +52,16 @@ def parse_engine_metrics(text: str, scraped_at: float, max_running: float) -> En
     waiting: list[float] = []
     running: list[float] = []
     kv_cache: list[float] = []
+    prompt_sum = prompt_count = 0.0
     try:
         for family in text_string_to_metric_families(text):
+            if family.name == PROMPT_TOKENS:
+                for sample in family.samples:
+                    if sample.name.endswith("_sum"):
+                        prompt_sum += sample.value
+                    elif sample.name.endswith("_count"):
+                        prompt_count += sample.value
+                continue
             target = {WAITING: waiting, RUNNING: running, KV_CACHE: kv_cache}.get(family.name)
             if target is not None:
                 target.extend(sample.value for sample in family.samples)
@@ -60,7 +69,15 @@ def parse_engine_metrics(text: str, scraped_at: float, max_running: float) -> En
         raise EngineScrapeError(f"not Prometheus text: {exc}") from exc
     if not waiting:
         raise EngineScrapeError(f"no {WAITING} gauge")
-    return EngineSample(sum(waiting), sum(running), max(kv_cache, default=0.0), scraped_at, max_running)
+    mean_prompt = prompt_sum / prompt_count if prompt_count > 0 else None
+    return EngineSample(
+        sum(waiting),
+        sum(running),
+        max(kv_cache, default=0.0),
+        scraped_at,
+        max_running,
+        mean_prompt_tokens=mean_prompt,
+    )
 
 
 class SnapshotSource(Protocol):
@@ -105,10 +122,22 @@ class Signals:
     def snapshot(self) -> Snapshot:
         snapshot = self._store.snapshot()
         if self._predicting:
-            snapshot = replace(snapshot, prefill=self._prefill.models)
+            snapshot = replace(snapshot, prefill=self._prefill.models, engine_queue=self._engine_queues())
         if not (self.slo_breached or self.engine_saturated):
             return snapshot
         return replace(snapshot, slo_breached=self.slo_breached, engine_saturated=self.engine_saturated)
+
+    def _engine_queues(self) -> dict[str, EngineQueue]:
+        """Each engine-signalled pool's queue from its last scrape, while that is fresh."""
+        if not self._engines:
+            return {}
+        now = time.monotonic()
+        queues = {}
+        for pool, signal in self._engines.items():
+            sample = self.engine_sample(pool)
+            if sample is not None and now - sample.scraped_at <= signal.stale_after_s:
+                queues[pool] = EngineQueue(sample.estimated_waiting(), sample.mean_prompt_tokens)
+        return queues
 
     def first_token(self, pool: str, pending_tokens: int, ttft_ms: float) -> None:
         """A measurement for the pool's prefill model (predicted-TTFT admission)."""

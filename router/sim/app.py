@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import statistics
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -299,6 +301,22 @@ def _config(state: SimState) -> Any:
     return endpoint
 
 
+class _PromptTokens(Collector):
+    """vLLM's `vllm:request_prompt_tokens` histogram of finished requests (sum and count)."""
+
+    def __init__(self, state: SimState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        c = self._state.engine.counters
+        family = HistogramMetricFamily(
+            "vllm:request_prompt_tokens", "Prompt tokens of finished requests", labels=["model_name"]
+        )
+        buckets = [("+Inf", float(c.completed))]
+        family.add_metric([self._state.profile.name], buckets=buckets, sum_value=c.completed_prompt_tokens)
+        yield family
+
+
 def _metrics(state: SimState) -> Any:
     registry = CollectorRegistry()
     labels = ["model_name"]
@@ -307,6 +325,7 @@ def _metrics(state: SimState) -> Any:
         "vllm:num_requests_waiting", "Requests waiting to be scheduled", labels, registry=registry
     )
     kv = Gauge("vllm:kv_cache_usage_perc", "KV cache usage, 1 means full", labels, registry=registry)
+    registry.register(_PromptTokens(state))
 
     async def endpoint(request: Request) -> Response:
         c, p = state.engine.counters, state.profile

@@ -27,6 +27,7 @@ class Counters:
     queued: int = 0
     max_in_flight: int = 0
     completed: int = 0
+    completed_prompt_tokens: int = 0  # vLLM's request_prompt_tokens histogram: sum (count: completed)
     cancelled: int = 0
     cold_starts: int = 0
     faults: dict[str, int] = field(default_factory=dict)
@@ -84,6 +85,7 @@ class Engine:
         try:
             yield EngineSequence(self, input_tokens, wait)
             c.completed += 1
+            c.completed_prompt_tokens += input_tokens
         except BaseException:
             c.cancelled += 1
             raise

@@ -4,15 +4,20 @@ spill at once (`predicted_slow`), and every pending prompt token is given back."
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 
+from policies.base import Reason, RequestContext
+from policies.predicted_ttft import PredictedTtftFirst
 from router.app import create_app
 from router.config import parse_config
+from router.signals import Signals
 from router.sim.profile import Kind, SimProfile
+from router.state.memory import MemoryStore
 from tests.conftest import serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
 
@@ -60,3 +65,61 @@ def test_a_burst_of_long_prompts_fills_the_prefill_budget_and_spills_the_rest_at
             routes = httpx.get(server.url + "/admin/routes", headers=admin).json()["models"]["m"]["routes"]
             assert routes["ded"]["prefill_model"]["tokens_per_s"] > 0
             assert ded.stats()["in_flight"] == 0
+
+
+async def test_the_engines_own_queue_of_requests_that_bypass_tidegate_counts_in_the_prediction():
+    """Clients that call the engine directly fill its queue; tidegate has nothing pending there,
+    yet the TTFT it predicts counts their prompts (vLLM's waiting gauge, sized by its finished
+    requests' mean prompt), so a request it would otherwise admit spills."""
+    dedicated = SimProfile(
+        kind=Kind.DEDICATED, name="ded", max_concurrency=1, prefill_tokens_per_s=2000, itl_s=0.01, seed=1
+    )
+    with Sim(dedicated) as ded, Sim(serverless_profile()) as sl:
+        metrics_url = ded.base_url.removesuffix("/v1") + "/metrics"
+        config = parse_config(
+            "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
+            "    routing: {admission: predicted_ttft}\n"
+            "    slo: {ttft_budget_ms: 1000}\n"
+            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 64,"
+            " prefill_tokens_per_s: 2000, ttft_overhead_ms: 50,"
+            f" engine_signal: {{metrics_url: '{metrics_url}', max_running: 64}}}}]\n"
+            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n",
+            {},
+        )
+        signals = Signals(config, MemoryStore())
+        picker = PredictedTtftFirst(budget_ms=1000)
+        request = RequestContext("m", stream=True, stickiness_key=None, prompt_tokens=1000)
+        endpoints = config.models["m"].endpoints
+        async with httpx.AsyncClient(timeout=30) as client:
+            await signals.scrape(client, "ded")
+            idle = signals.snapshot()
+            assert idle.engine_queue["ded"].waiting == 0
+            assert picker.decide(request, idle, endpoints).reason is Reason.BASELINE  # 50 + 500 ms
+
+            async def bypass() -> int:  # straight to the engine: ~250 prompt tokens, 100 steps each
+                body = {
+                    "model": "d",
+                    "messages": [{"role": "user", "content": "y" * 1000}],
+                    "max_tokens": 100,
+                }
+                answer = await client.post(ded.base_url + "/chat/completions", json=body)
+                answer.raise_for_status()
+                return int(answer.json()["usage"]["prompt_tokens"])
+
+            flood = [asyncio.create_task(bypass()) for _ in range(12)]
+            deadline = asyncio.get_running_loop().time() + 10
+            while ded.stats()["in_flight"] < 12:  # one running, the rest in the engine's queue
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.01)
+            await signals.scrape(client, "ded")
+            busy = signals.snapshot()
+            assert busy.pending_prompt_tokens.get("ded", 0) == 0  # nothing of tidegate's there
+            assert busy.engine_queue["ded"].waiting >= 10
+            # 10+ waiting, each sized as this request (nothing finished yet): over 5,000 ms
+            decision = picker.decide(request, busy, endpoints)
+            assert decision.reason is Reason.PREDICTED_SLOW
+            assert [t.name for t in decision.targets] == ["sl"]
+            prompts = await asyncio.gather(*flood)
+            await signals.scrape(client, "ded")
+            # the engine's histogram of finished requests sizes its queue from now on
+            assert signals.snapshot().engine_queue["ded"].mean_prompt_tokens == sum(prompts) / len(prompts)

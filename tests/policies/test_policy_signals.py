@@ -162,6 +162,20 @@ vllm:kv_cache_usage_perc{engine="1",model_name="x"} 0.9
 def test_parses_vllm_gauges_summing_engines_and_taking_the_fullest_cache():
     sample = parse_engine_metrics(VLLM_TEXT, 5.0, 8)
     assert (sample.waiting, sample.running, sample.kv_cache, sample.scraped_at) == (5.0, 7.0, 0.9, 5.0)
+    assert sample.mean_prompt_tokens is None  # no request_prompt_tokens histogram exported
+
+
+def test_the_mean_prompt_comes_from_vllms_finished_requests_histogram():
+    text = VLLM_TEXT + (
+        "# TYPE vllm:request_prompt_tokens histogram\n"
+        'vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="x"} 3.0\n'
+        'vllm:request_prompt_tokens_count{engine="0",model_name="x"} 3.0\n'
+        'vllm:request_prompt_tokens_sum{engine="0",model_name="x"} 3000.0\n'
+        'vllm:request_prompt_tokens_bucket{engine="1",le="+Inf",model_name="x"} 1.0\n'
+        'vllm:request_prompt_tokens_count{engine="1",model_name="x"} 1.0\n'
+        'vllm:request_prompt_tokens_sum{engine="1",model_name="x"} 5000.0\n'
+    )
+    assert parse_engine_metrics(text, 5.0, 8).mean_prompt_tokens == 2000.0  # 8,000 over 4 requests
 
 
 @pytest.mark.parametrize("text", ["# TYPE other gauge\nother 1\n", "garbage{{{ 1 2 3"])

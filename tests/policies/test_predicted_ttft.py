@@ -11,7 +11,7 @@ import pytest
 from policies import registry
 from policies.base import Reason, RequestContext
 from policies.predicted_ttft import Admission
-from policies.types import Figures, PrefillModel, Snapshot
+from policies.types import EngineQueue, Figures, PrefillModel, Snapshot
 from router.config import (
     ConfigError,
     DedicatedEndpoint,
@@ -140,3 +140,24 @@ def test_prompts_all_the_same_size_refit_only_the_overhead():
     learner.fit()
     assert learner.models["d"].tokens_per_s == 8_000
     assert learner.models["d"].overhead_ms == pytest.approx(400 - 250)
+
+
+@pytest.mark.parametrize(
+    ("pending", "queue", "targets", "reason", "bound"),
+    [
+        # the engine holds nothing beyond tidegate's count: the prediction and bound as before
+        ({"d1": 2_000}, EngineQueue(1, 1_000), (D1, D2, S1), Reason.BASELINE, 19_000),
+        # 15 requests of ~1,000 tokens wait in d1's engine, from clients that bypass tidegate:
+        # 100 + 1,600 ms with this request, within; the store may admit 4,000 fewer tokens
+        ({}, EngineQueue(15, 1_000), (D1, D2, S1), Reason.BASELINE, 4_000),
+        # 25 of them: 100 + 2,600 ms on d1, over the budget, though tidegate has nothing there
+        ({}, EngineQueue(25, 1_000), (D2, S1), Reason.BASELINE, None),
+        # nothing finished yet: each waiting request is sized as this one
+        ({}, EngineQueue(25, None), (D2, S1), Reason.BASELINE, None),
+    ],
+)
+def test_the_engines_own_queue_counts_load_that_bypasses_tidegate(pending, queue, targets, reason, bound):
+    snapshot = Snapshot(now=0.0, pending_prompt_tokens=pending, prefill=PREFILL, engine_queue={"d1": queue})
+    decision = POLICY.decide(context(1_000), snapshot, MODEL.endpoints)
+    assert (decision.targets, decision.reason) == (targets, reason)
+    assert decision.admit_within.get("d1") == bound
