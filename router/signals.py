@@ -31,11 +31,12 @@ from policies.slo import slo_step
 from policies.types import EngineQueue, PrefillModel, Snapshot, route_key
 from router.config import EngineSignalConfig, GatewayConfig, SloConfig
 from router.periodic import every
-from router.prefill import PrefillLearner
+from router.prefill import PrefillLearner, SharedSamples
 
 log = logging.getLogger("tidegate.signals")
 
 TICK_S = 0.1
+PREFILL_SYNC_S = 1.0  # share prefill measurements and refit this often
 WAITING = "vllm:num_requests_waiting"
 RUNNING = "vllm:num_requests_running"
 KV_CACHE = "vllm:kv_cache_usage_perc"
@@ -80,8 +81,8 @@ def parse_engine_metrics(text: str, scraped_at: float, max_running: float) -> En
     )
 
 
-class SnapshotSource(Protocol):
-    """The state store as the signal loop reads it."""
+class SnapshotSource(SharedSamples, Protocol):
+    """The state store as the signal loop reads it (and shares prefill measurements through)."""
 
     def snapshot(self) -> Snapshot: ...
 
@@ -171,8 +172,6 @@ class Signals:
             self._engine_latches[pool], spill = engine_step(latches, self.engine_sample(pool), signal, now)
             if spill:
                 saturated.add(pool)
-        if self._predicting:
-            self._prefill.fit()
         breached = frozenset(r for r, latch in self._slo_latches.items() if latch.on)
         self._log_changes(breached, frozenset(saturated))
         self.slo_breached, self.engine_saturated = breached, frozenset(saturated)
@@ -197,12 +196,18 @@ class Signals:
         self._dispatched[pool] = self._completed[pool] = 0
 
     async def start(self) -> None:
-        if self._tasks or not (self._slo or self._engines):
+        if self._tasks or not (self._slo or self._engines or self._predicting):
             return
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(every(TICK_S, self._tick_now)))
+        if self._predicting:
+            self._tasks.append(loop.create_task(every(PREFILL_SYNC_S, self.sync_prefill)))
         if self._engines:
             self._tasks.append(loop.create_task(self._scrape_forever()))
+
+    async def sync_prefill(self) -> None:
+        """Share this process's prefill measurements and refit from every replica's."""
+        await self._prefill.sync(self._store)
 
     async def _tick_now(self) -> None:
         self.tick(time.monotonic())

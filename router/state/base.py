@@ -90,6 +90,14 @@ class StateStore(Protocol):
         """The lease's request has its first token: its prompt tokens are no longer pending.
         Idempotent; never raises."""
 
+    async def prefill_samples(
+        self, pool: str, new: Sequence[tuple[float, float]], keep: int
+    ) -> list[tuple[float, float]]:
+        """Add this process's new (pending prompt tokens, TTFT ms) measurements of `pool` and
+        return every process's latest `keep`, oldest first (predicted-TTFT admission learns
+        its prefill model from them, router/prefill.py). Raises StoreUnavailable."""
+        ...
+
     def observe(self, route: str, metric: Metric, value_ms: float) -> None: ...
 
     def count(self, route: str, counts: Mapping[str, float]) -> None:

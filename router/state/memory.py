@@ -55,6 +55,7 @@ class MemoryStore:
         self._runs: dict[str, tuple[int, bytes | None]] = {}  # model -> (version, run JSON)
         self._history: dict[str, deque[bytes]] = {}
         self._held: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> weight
+        self._prefill_samples: dict[str, deque[tuple[float, float]]] = {}
         self._used: defaultdict[str, int] = defaultdict(int)  # pool -> slots held
         self._capacity: dict[str, int] = {}
         self._pending: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> tokens
@@ -112,6 +113,15 @@ class MemoryStore:
 
     async def prefilled(self, lease: Lease) -> None:
         self._forget_pending(lease)
+
+    async def prefill_samples(
+        self, pool: str, new: Sequence[tuple[float, float]], keep: int
+    ) -> list[tuple[float, float]]:
+        window = self._prefill_samples.get(pool)
+        if window is None or window.maxlen != keep:
+            window = self._prefill_samples[pool] = deque(window or (), maxlen=keep)
+        window.extend(new)
+        return list(window)
 
     def _forget_pending(self, lease: Lease) -> None:
         tokens = self._pending[lease.pool].pop(lease.token, None)

@@ -328,6 +328,29 @@ class RedisStore:
         keys = self._pending_keys(lease.pool)
         await self._batch.call_script(self._forget_sha, FORGET_PENDING, keys, [lease.token])
 
+    async def prefill_samples(
+        self, pool: str, new: Sequence[tuple[float, float]], keep: int
+    ) -> list[tuple[float, float]]:
+        """One list per pool (`...:prefill:{pool}`) that every replica appends to and trims to
+        `keep`; it expires a day after its last write."""
+        key = f"{self._prefix}:prefill:{{{pool}}}"
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                if new:
+                    pipe.rpush(key, *(f"{tokens:g}:{ttft_ms:.3f}" for tokens, ttft_ms in new))
+                    pipe.ltrim(key, -keep, -1)
+                    pipe.expire(key, 86400)
+                pipe.lrange(key, 0, -1)
+                *_, found = await pipe.execute()
+        except RedisError as exc:
+            raise StoreUnavailable(f"the prefill samples could not be shared ({exc})") from exc
+        samples = []
+        for raw in found:
+            tokens, _, ttft = (raw.decode() if isinstance(raw, bytes) else str(raw)).partition(":")
+            with contextlib.suppress(ValueError):
+                samples.append((float(tokens), float(ttft)))
+        return samples
+
     def canary_keys(self, model: str) -> list[str]:
         """The leader lease, a model's run and its history: one hash slot ({canary})."""
         tag = f"{self._prefix}:{{canary}}"

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from policies.types import PrefillModel
+from router.prefill import PrefillLearner
 from router.state.base import Slots, StateStore
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
@@ -116,3 +118,47 @@ async def test_an_expired_leases_tokens_stop_counting(redis_url):
         assert fresh is not None and fresh.pending_at_admit == 10
     finally:
         await store.close()
+
+
+async def test_replicas_sharing_redis_learn_one_prefill_line(redis_url):
+    """Each replica measures different requests; after a sync both fit every replica's."""
+    prior = {"p": PrefillModel(1_000, 10)}
+    stores = [RedisStore(redis_url, ["p"]), RedisStore(redis_url, ["p"])]
+    learners = [PrefillLearner(prior, min_samples=20), PrefillLearner(prior, min_samples=20)]
+    try:
+        line = [(float(tokens), 100 + tokens / 5) for tokens in range(1_000, 31_000, 1_000)]  # 5,000 tok/s
+        for tokens, ttft in line[:15]:  # neither replica alone has the 20 samples a fit needs
+            learners[0].sample("p", int(tokens), ttft)
+        for tokens, ttft in line[15:]:
+            learners[1].sample("p", int(tokens), ttft)
+        for learner, store in zip(learners, stores, strict=True):
+            await learner.sync(store)
+        await learners[0].sync(stores[0])  # the first to sync sees the other's on its next sync
+        for learner in learners:
+            model = learner.models["p"]
+            assert model.samples == 30
+            assert abs(model.tokens_per_s - 5_000) < 1 and abs(model.overhead_ms - 100) < 0.1
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_without_the_store_a_replica_learns_from_its_own_and_shares_them_later(redis_url):
+    prior = {"p": PrefillModel(1_000, 10)}
+    dead = RedisStore("redis://127.0.0.1:9/0", ["p"])  # nothing listens there
+    learner = PrefillLearner(prior, min_samples=5)
+    try:
+        for tokens in range(1_000, 11_000, 1_000):
+            learner.sample("p", tokens, 50 + tokens / 2)  # 2,000 tok/s
+        await learner.sync(dead)  # unreachable: fits its own
+        assert learner.models["p"].samples == 10 and abs(learner.models["p"].tokens_per_s - 2_000) < 1
+        alive = RedisStore(redis_url, ["p"])
+        try:
+            await learner.sync(alive)  # back: the kept measurements are shared now
+            other = PrefillLearner(prior, min_samples=5)
+            await other.sync(alive)
+            assert other.models["p"].samples == 10
+        finally:
+            await alive.close()
+    finally:
+        await dead.close()
