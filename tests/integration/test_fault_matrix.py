@@ -28,8 +28,13 @@ from tests.servers import CliProcess, RedisServer, Sim, ThreadServer, free_port_
 COUNT, CONCURRENCY = 16, 4
 
 
-def config_text(ded_url: str, sl_url: str, *, extra: str = "", model_extra: str = "") -> str:
-    timeouts = "timeouts: {connect_s: 1, ttft_s: 0.5, idle_s: 2, total_s: 20}"
+def config_text(
+    ded_url: str, sl_url: str, *, extra: str = "", model_extra: str = "", ded_ttft_s: float = 0.5
+) -> str:
+    timeouts = f"timeouts: {{connect_s: 1, ttft_s: {ded_ttft_s:g}, idle_s: 2, total_s: 20}}"
+    # serverless is the healthy side in every case here: a tight first-byte timeout would only
+    # turn a loaded machine's slow answer into a second serverless call (seen once in a full run)
+    sl_timeouts = "timeouts: {connect_s: 1, ttft_s: 5, idle_s: 2, total_s: 20}"
     if "auth:" not in extra:
         extra += "auth: {allow_anonymous: true}\n"
     return (
@@ -37,7 +42,7 @@ def config_text(ded_url: str, sl_url: str, *, extra: str = "", model_extra: str 
         "    retry: {attempts: 3, backoff_ms: 10}\n"
         f"{model_extra}"
         f"    dedicated: [{{name: ded, base_url: '{ded_url}', model: d, max_concurrency: 4, {timeouts}}}]\n"
-        f"    serverless: [{{name: sl, base_url: '{sl_url}', model: s, {timeouts}}}]\n"
+        f"    serverless: [{{name: sl, base_url: '{sl_url}', model: s, {sl_timeouts}}}]\n"
     )
 
 
@@ -107,7 +112,10 @@ def test_dedicated_refusing_connections(fault_matrix):
 def test_stream_cut_mid_way_ends_with_an_error_event(fault_matrix):
     with Sim(dedicated_profile()) as ded, Sim(serverless_profile()) as sl:
         ded.configure(faults={"cut_rate": 1.0})
-        with gateway(parse_config(config_text(ded.base_url, sl.base_url), {})) as (gw, app):
+        # a generous first-event timeout: on a loaded machine a slow first event would fail
+        # over to serverless while the simulator still reached (and counted) the cut
+        config = parse_config(config_text(ded.base_url, sl.base_url, ded_ttft_s=5), {})
+        with gateway(config) as (gw, app):
             row = burst(
                 "stream cut mid-way",
                 COUNT,
