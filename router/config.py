@@ -215,15 +215,31 @@ class DedicatedEndpoint(EndpointConfig):
 class KeepWarmConfig(_Frozen):
     """Keep a scale-to-zero serverless route warm: one `max_tokens: 1` request every
     `interval_s` (set it under the provider's idle timeout), sent by exactly one gateway
-    replica, while `when` holds, up to `max_usd_per_day` (router/keep_warm.py)."""
+    replica, while `when` holds, up to `max_usd_per_day` (router/keep_warm.py). With `learn`,
+    a probe that finds the route cold after an idle gap shrinks the interval to half that gap
+    (not under `min_interval_s`)."""
 
     interval_s: Annotated[float, Field(gt=0, le=3600)]
-    # always; or dedicated_busy: only while the model's dedicated slots in use are at least
-    # `busy_above` of its slots (a spill is plausible)
-    when: Literal["always", "dedicated_busy"] = "always"
+    # always; dedicated_busy: only while the model's dedicated slots in use are at least
+    # `busy_above` of its slots (a spill is plausible); schedule: in the UTC hours of the day in
+    # which the model spilled at least `schedule_min_spills` a day over the last `schedule_days`
+    when: Literal["always", "dedicated_busy", "schedule"] = "always"
     busy_above: Annotated[float, Field(gt=0, le=1)] = 0.6
+    schedule_days: Annotated[int, Field(ge=1, le=30)] = 1
+    schedule_min_spills: Annotated[float, Field(gt=0)] = 1.0
     max_usd_per_day: Annotated[float, Field(ge=0)] = 1.0  # the probes stop for the UTC day past it
     prompt_tokens: Annotated[int, Field(ge=1, le=1000)] = 8  # priced as this many input tokens
+    learn: bool = False  # shrink interval_s on cold-start evidence
+    min_interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    # a probe slower than this found the route cold; none: 4 x the median of its last 20 probes
+    # (at least 1 s)
+    cold_ms: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _min_under_interval(self) -> KeepWarmConfig:
+        if self.learn and self.min_interval_s > self.interval_s:
+            raise ValueError("min_interval_s must not exceed interval_s")
+        return self
 
 
 class ServerlessEndpoint(EndpointConfig):
@@ -424,6 +440,27 @@ class GatewayConfig(_Frozen):
         if not models:
             raise ValueError("at least one model must be configured")
         return models
+
+    @model_validator(mode="after")
+    def _schedules_have_history(self) -> GatewayConfig:
+        """A keep-warm schedule reads the model's hourly spills from the shared store."""
+        for name, model in self.models.items():
+            for e in model.serverless:
+                warm = e.keep_warm
+                if warm is None or warm.when != "schedule":
+                    continue
+                key = f"models.{name}.serverless[{e.name}].keep_warm"
+                if not self.state.redis_url:
+                    raise ValueError(
+                        f"{key}.when: schedule needs state.redis_url "
+                        "(the in-memory store keeps an hour of history)"
+                    )
+                if warm.schedule_days * 86400 > self.state.retention_s:
+                    raise ValueError(
+                        f"{key}.schedule_days: {warm.schedule_days} days is longer than "
+                        f"state.retention_s keeps ({self.state.retention_s:g} s)"
+                    )
+        return self
 
     def route_keys(self) -> list[str]:
         """Every route (model, endpoint) the config defines, as the stores and reports name it."""

@@ -53,7 +53,7 @@ _OPTIONAL_MODEL: _Sections = (
 )
 _OPTIONAL_ENDPOINT: _Sections = (
     ("engine_signal", EngineSignalConfig, ("interval_s", "stale_after_s", "dwell_s")),
-    ("keep_warm", KeepWarmConfig, ("interval_s",)),
+    ("keep_warm", KeepWarmConfig, ("interval_s", "min_interval_s", "cold_ms")),
 )
 
 

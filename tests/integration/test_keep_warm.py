@@ -8,12 +8,14 @@ import asyncio
 import time
 
 import httpx
+import pytest
 import redis
 
 from policies.types import Snapshot
 from router.app import create_app
+from router.calibration import TtftDistribution
 from router.config import parse_config
-from router.keep_warm import KeepWarm
+from router.keep_warm import KeepWarm, hot_hours
 from router.state.memory import MemoryStore
 from router.upstream import Upstream, aiohttp_transport
 from tests.conftest import serverless_profile
@@ -97,4 +99,93 @@ async def test_dedicated_busy_waits_for_a_busy_pool_and_the_days_budget_stops_th
             counts = (await store.counts_window(["m/sl"], 60))["m/sl"]
             assert counts["keep_warm"] == 3 and counts.get("requests", 0) == 0
         finally:
+            await upstream.aclose()
+
+
+# --- when: schedule, and a learned interval -----------------------------------------------
+
+
+def hourly(hour: int, day: int, requests: float, spills: float) -> tuple[int, dict[str, float]]:
+    return (
+        day * 86400 + hour * 3600,
+        {"requests": requests, "reason:saturated": spills, "reason:baseline": 1},
+    )
+
+
+def test_the_schedule_is_the_hours_with_enough_spills_a_day():
+    series = {
+        "m/ded": [hourly(3, 0, 10, 0), hourly(3, 1, 10, 0)],
+        "m/sl": [hourly(3, 0, 4, 4), hourly(3, 1, 2, 2), hourly(14, 0, 1, 1), hourly(20, 1, 9, 0)],
+    }
+    # hour 3: 6 spills over 2 days (3 a day); hour 14: 1 in 2 days (0.5 a day); hour 20: none
+    assert hot_hours(series, days=2, min_spills=1) == frozenset({3})
+    assert hot_hours(series, days=2, min_spills=0.5) == frozenset({3, 14})
+    assert hot_hours({"m/sl": []}, days=1, min_spills=1) is None  # no history: keep warm always
+
+
+async def test_a_scheduled_route_is_kept_warm_only_in_the_hours_the_model_spilled(redis_url):
+    with Sim(serverless_profile()) as sl:
+        # validated with Redis (a schedule needs shared history); run here on a memory store,
+        # whose current hour is all the history this test writes
+        config = parse_config(config_text(sl, redis_url, when="schedule"), {})
+        model = config.models["m"]
+        hour = time.gmtime().tm_hour
+        for spills, expect_probes in ((None, True), (0, False), (3, True)):
+            store = MemoryStore(config.route_keys())
+            if spills is not None:
+                store.count(
+                    "m/sl", {"requests": 5, "reason:saturated": spills, "reason:baseline": 5 - spills}
+                )
+            upstream = Upstream(model.endpoints, aiohttp_transport)
+            warm = KeepWarm(config, store, upstream, lambda: Snapshot(now=0.0), 10.0)
+            before = sl.stats()["requests"]
+            try:
+                await warm.tick()
+                deadline = time.monotonic() + 10
+                while expect_probes and sl.stats()["requests"] < before + 1:  # the probe arrived
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.01)
+                await warm.close()
+            finally:
+                await upstream.aclose()
+            if time.gmtime().tm_hour != hour:
+                pytest.skip("the UTC hour changed during the test")
+            expected = None if spills is None else ([hour] if spills else [])
+            assert warm.schedules() == {"m/sl": expected}
+            assert warm.probes_started == (1 if expect_probes else 0)
+
+
+async def test_a_cold_probe_shrinks_the_interval_until_the_route_stays_warm():
+    # scale-to-zero after 1 s idle, and a 0.6-0.7 s load when cold
+    profile = serverless_profile(
+        time_scale=1.0, ttft=TtftDistribution(0.02, 0.1, cold_range_s=(0.6, 0.7)), idle_to_cold_s=1.0
+    )
+    with Sim(profile) as sl:
+        config = parse_config(
+            f"auth: {{allow_anonymous: true, admin_key: {ADMIN}}}\nmodels:\n  m:\n"
+            "    dedicated: [{name: ded, base_url: 'http://127.0.0.1:9/v1', model: d, max_concurrency: 4}]\n"
+            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s, keep_warm: {{interval_s: 2.5,"
+            " learn: true, min_interval_s: 0.2, cold_ms: 300}}]\n",
+            {},
+        )
+        upstream = Upstream(config.models["m"].endpoints, aiohttp_transport)
+        warm = KeepWarm(config, MemoryStore(), upstream, lambda: Snapshot(now=0.0), 10.0)
+        try:
+            deadline = time.monotonic() + 30
+            while warm.intervals()["m/sl"] > 1.0:  # each cold probe halves the gap before it
+                assert time.monotonic() < deadline, (warm.intervals(), sl.stats())
+                await warm.tick()
+                await asyncio.sleep(0.02)
+            learned = warm.intervals()["m/sl"]
+            assert 0.2 <= learned <= 1.0
+            assert sl.stats()["cold_starts"] >= 1  # learned from evidence, not assumed
+            cold, probes = sl.stats()["cold_starts"], sl.stats()["requests"]
+            while sl.stats()["requests"] < probes + 4:  # four more probes at the learned interval
+                assert time.monotonic() < deadline, sl.stats()
+                await warm.tick()
+                await asyncio.sleep(0.02)
+            assert sl.stats()["cold_starts"] == cold  # the route stayed warm
+            assert warm.intervals()["m/sl"] == learned
+        finally:
+            await warm.close()
             await upstream.aclose()

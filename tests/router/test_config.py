@@ -186,3 +186,40 @@ def test_a_hedge_needs_a_dedicated_endpoint_to_race():
     with pytest.raises(ConfigError) as caught:
         parse_config(MINIMAL.replace("  m:\n", "  m:\n    hedge: {after_ms: 100}\n"), {})
     assert "hedge needs both a dedicated and a serverless endpoint" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("state", "keep_warm", "refused_because"),
+    [
+        ("", "{interval_s: 30, when: schedule}", "keep_warm.when: schedule needs state.redis_url"),
+        (
+            "state: {redis_url: 'redis://127.0.0.1:1/0'}\n",
+            "{interval_s: 30, when: schedule, schedule_days: 2}",
+            "keep_warm.schedule_days: 2 days is longer than state.retention_s keeps",
+        ),
+        (
+            "",
+            "{interval_s: 30, learn: true, min_interval_s: 60}",
+            "min_interval_s must not exceed interval_s",
+        ),
+        ("", "{interval_s: 30, when: sometimes}", "when"),
+    ],
+)
+def test_a_keep_warm_that_cannot_work_is_refused_naming_its_key(state, keep_warm, refused_because):
+    text = state + MINIMAL.replace("model: x}", f"model: x, keep_warm: {keep_warm}}}")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, {})
+    assert refused_because in str(caught.value)
+    assert "models.m.serverless" in str(caught.value) or "keep_warm" in str(caught.value)
+
+
+def test_a_scheduled_keep_warm_with_redis_and_enough_retention_loads():
+    text = "state: {redis_url: 'redis://127.0.0.1:1/0', retention_s: 172800}\n" + MINIMAL.replace(
+        "model: x}", "model: x, keep_warm: {interval_s: 30, when: schedule, schedule_days: 2}}"
+    )
+    warm = parse_config(text, {}).models["m"].serverless[0].keep_warm
+    assert warm is not None and (warm.when, warm.schedule_days, warm.schedule_min_spills) == (
+        "schedule",
+        2,
+        1.0,
+    )
