@@ -96,11 +96,11 @@ async def test_the_engines_own_queue_of_requests_that_bypass_tidegate_counts_in_
             assert idle.engine_queue["ded"].waiting == 0
             assert picker.decide(request, idle, endpoints).reason is Reason.BASELINE  # 50 + 500 ms
 
-            async def bypass() -> int:  # straight to the engine: ~250 prompt tokens, 100 steps each
+            async def bypass() -> int:  # straight to the engine: ~250 prompt tokens, 20 steps each
                 body = {
                     "model": "d",
                     "messages": [{"role": "user", "content": "y" * 1000}],
-                    "max_tokens": 100,
+                    "max_tokens": 20,
                 }
                 answer = await client.post(ded.base_url + "/chat/completions", json=body)
                 answer.raise_for_status()
