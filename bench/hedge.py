@@ -7,7 +7,7 @@ gets fresh simulators with the same seeds and the same Poisson arrivals. First t
 simulator's own p95 TTFT is measured directly, so the target (`after_ms` + serverless p95) is a
 figure of this run, not a constant.
 
-    python -m bench.hedge [--requests 400] [--rate 10] [--after-ms 500] [--max-percent 15]
+    python -m bench.hedge [--requests 400] [--rate 10] [--after-ms 500] [--max-percent 20]
                           [--stall-rate 0.1] [--stall-s 5] [--out DIR]
 
 Prints, per run: TTFT p50/p95/p99/max as the client saw it, the hedged share, the winners, the
@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--rate", type=float, default=10.0, help="arrivals per second")
     parser.add_argument("--after-ms", type=float, default=500.0)
-    parser.add_argument("--max-percent", type=float, default=15.0)
+    parser.add_argument("--max-percent", type=float, default=20.0)
     parser.add_argument("--stall-rate", type=float, default=0.1)
     parser.add_argument("--stall-s", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
