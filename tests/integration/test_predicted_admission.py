@@ -96,21 +96,28 @@ async def test_the_engines_own_queue_of_requests_that_bypass_tidegate_counts_in_
             assert idle.engine_queue["ded"].waiting == 0
             assert picker.decide(request, idle, endpoints).reason is Reason.BASELINE  # 50 + 500 ms
 
-            async def bypass() -> int:  # straight to the engine: ~250 prompt tokens, 20 steps each
+            async def bypass(max_tokens: int) -> int:  # straight to the engine: ~250 prompt tokens
                 body = {
                     "model": "d",
                     "messages": [{"role": "user", "content": "y" * 1000}],
-                    "max_tokens": 20,
+                    "max_tokens": max_tokens,
                 }
                 answer = await client.post(ded.base_url + "/chat/completions", json=body)
                 answer.raise_for_status()
                 return int(answer.json()["usage"]["prompt_tokens"])
 
-            flood = [asyncio.create_task(bypass()) for _ in range(12)]
-            deadline = asyncio.get_running_loop().time() + 10
-            while ded.stats()["in_flight"] < 12:  # one running, the rest in the engine's queue
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.01)
+            async def in_flight(count: int) -> None:
+                deadline = asyncio.get_running_loop().time() + 10
+                while ded.stats()["in_flight"] < count:
+                    assert asyncio.get_running_loop().time() < deadline, ded.stats()
+                    await asyncio.sleep(0.01)
+
+            # one long answer holds the engine's only slot (3 s); the rest queue behind it, so
+            # they are all waiting however slowly this loaded machine sends them
+            flood = [asyncio.create_task(bypass(300))]
+            await in_flight(1)
+            flood += [asyncio.create_task(bypass(20)) for _ in range(11)]
+            await in_flight(12)
             await signals.scrape(client, "ded")
             busy = signals.snapshot()
             assert busy.pending_prompt_tokens.get("ded", 0) == 0  # nothing of tidegate's there
