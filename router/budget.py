@@ -1,8 +1,11 @@
-"""Retry budget: retries may be at most `budget_percent` of a model's requests over a sliding
-window (per process), so a failing upstream cannot multiply the load with retry storms.
+"""A share budget: extra attempts may be at most a percent of a model's requests over a sliding
+window (per process), and always a minimum per window.
 
-`min_retries` per window are always allowed, so a quiet model can still retry its rare
-failures. Counts live in one-second buckets; nothing here does I/O.
+Two budgets use it. Retries (`retry.budget_percent`, `min_retries`): a failing upstream cannot
+multiply the load with retry storms, and a quiet model can still retry its rare failures.
+Hedges (`hedge.max_percent`, `min_hedges`, router/hedge.py): a dedicated endpoint that stalls
+every request cannot double the spend. Counts live in one-second buckets; nothing here does
+I/O.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from router.config import RetryConfig
+from router.config import HedgeConfig, RetryConfig
 
 
 class Window:
@@ -33,20 +36,32 @@ class Window:
         return sum(c for c, s in zip(self._counts, self._stamps, strict=True) if s >= oldest)
 
 
-class RetryBudget:
-    def __init__(self, config: RetryConfig) -> None:
-        self._config = config
-        self._requests = Window(config.budget_window_s)
-        self._retries = Window(config.budget_window_s)
+class ShareBudget:
+    """At most `percent` of the requests counted within `window_s` may spend from it, or
+    `minimum` when that is more."""
+
+    def __init__(self, percent: float, window_s: float, minimum: int) -> None:
+        self._share = percent / 100
+        self._minimum = minimum
+        self._requests = Window(window_s)
+        self._spent = Window(window_s)
 
     def request(self, now: float | None = None) -> None:
         self._requests.add(time.monotonic() if now is None else now)
 
-    def try_retry(self, now: float | None = None) -> bool:
-        """Spend one retry if the budget allows it; False means do not retry."""
+    def try_spend(self, now: float | None = None) -> bool:
+        """Spend one if the budget allows it; False means do not (retry, hedge)."""
         now = time.monotonic() if now is None else now
-        allowed = max(self._config.min_retries, self._config.budget_percent / 100 * self._requests.total(now))
-        if self._retries.total(now) + 1 > allowed:
+        allowed = max(self._minimum, self._share * self._requests.total(now))
+        if self._spent.total(now) + 1 > allowed:
             return False
-        self._retries.add(now)
+        self._spent.add(now)
         return True
+
+
+def retry_budget(config: RetryConfig) -> ShareBudget:
+    return ShareBudget(config.budget_percent, config.budget_window_s, config.min_retries)
+
+
+def hedge_budget(config: HedgeConfig) -> ShareBudget:
+    return ShareBudget(config.max_percent, config.window_s, config.min_hedges)

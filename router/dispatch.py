@@ -28,7 +28,7 @@ from policies.types import route_key
 from router.attempts import Walk, tidegate_headers
 from router.bookkeeping import Books, end_span
 from router.breaker import Breakers
-from router.budget import RetryBudget
+from router.budget import hedge_budget, retry_budget
 from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ResponseModel, ServerlessEndpoint
 from router.errors import (
     INTERNAL_ERROR_MESSAGE,
@@ -41,7 +41,7 @@ from router.errors import (
     UpstreamFailure,
     UpstreamStatus,
 )
-from router.hedge import HedgeShare, race
+from router.hedge import race
 from router.job import Facts, Job, ms_since, overhead_ms
 from router.openai import PATHS, RequestPeek, model_renamer, peek, upstream_body
 from router.records import Attempt, Hedge, Measures, Outcome
@@ -112,8 +112,10 @@ class Dispatcher:
         self._store = leases
         self._signals = signals
         self._breakers = breakers
-        self._budgets = {name: RetryBudget(model.retry) for name, model in config.models.items()}
-        self._hedges = {name: HedgeShare(m.hedge) for name, m in config.models.items() if m.hedge is not None}
+        self._budgets = {name: retry_budget(model.retry) for name, model in config.models.items()}
+        self._hedges = {
+            name: hedge_budget(m.hedge) for name, m in config.models.items() if m.hedge is not None
+        }
         self._telemetry = telemetry
         self._upstream = upstream
         self._books = books
@@ -236,7 +238,7 @@ class Dispatcher:
             target = next((t for t in job.walk.targets if isinstance(t, ServerlessEndpoint)), None)
             if target is None or not isinstance(job.walk.last, DedicatedEndpoint):
                 return None  # nothing to hedge with, or the first attempt went serverless anyway
-            if not self._hedges[job.facts.request.model].try_hedge():
+            if not self._hedges[job.facts.request.model].try_spend():
                 return None
             hedge_job = job.hedge_to(Walk((target,), Reason.HEDGED))
             return self._attempt(hedge_job)
@@ -281,7 +283,7 @@ class Dispatcher:
             return True
         if not exc.retry_same:
             return False
-        if self._budgets[job.facts.request.model].try_retry():
+        if self._budgets[job.facts.request.model].try_spend():
             return True
         job.budget_denied = True
         return False

@@ -12,48 +12,21 @@ ever left open, whichever order the two finish in and wherever the request is ca
 A request never hedges after a byte reached the client: the dispatcher answers the client only
 with the race's winner, and an attempt's answer exists only once its first event arrived.
 
-`HedgeShare` caps hedges at `max_percent` of the model's requests over `window_s` (per
-process), so a dedicated endpoint that stalls every request cannot double the spend.
+The dispatcher caps hedges with a share budget (router/budget.py `hedge_budget`): at most
+`max_percent` of the model's requests over `window_s`, per process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from router.budget import Window
-from router.config import HedgeConfig
-
 A = TypeVar("A")  # an attempt's answer
 
 _background: set[asyncio.Task[Any]] = set()  # losers finishing their cleanup
-
-
-class HedgeShare:
-    """At most `max_percent` of a model's requests hedge within `window_s`, or `min_hedges`
-    when that is more (counted per process, in one-second buckets: no I/O)."""
-
-    def __init__(self, config: HedgeConfig) -> None:
-        self._share = config.max_percent / 100
-        self._min = config.min_hedges
-        self._requests = Window(config.window_s)
-        self._hedges = Window(config.window_s)
-
-    def request(self, now: float | None = None) -> None:
-        self._requests.add(time.monotonic() if now is None else now)
-
-    def try_hedge(self, now: float | None = None) -> bool:
-        """Spend one hedge if the share allows it (the request itself already counted)."""
-        now = time.monotonic() if now is None else now
-        allowed = max(self._min, self._share * self._requests.total(now))
-        if self._hedges.total(now) + 1 > allowed:
-            return False
-        self._hedges.add(now)
-        return True
 
 
 class Lost(Exception):

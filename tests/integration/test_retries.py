@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from router.app import create_app
-from router.budget import RetryBudget
+from router.budget import retry_budget
 from router.config import RetryConfig, parse_config
 from router.records import ACCESS_LOG
 from tests.conftest import dedicated_profile, serverless_profile
@@ -18,25 +18,25 @@ from tests.servers import Sim, ThreadServer
 
 
 def test_budget_allows_its_share_of_requests_plus_the_minimum():
-    budget = RetryBudget(RetryConfig(budget_percent=20, budget_window_s=10, min_retries=2))
+    budget = retry_budget(RetryConfig(budget_percent=20, budget_window_s=10, min_retries=2))
     for _ in range(50):
         budget.request(now=100.0)
-    granted = sum(budget.try_retry(now=100.5) for _ in range(30))
+    granted = sum(budget.try_spend(now=100.5) for _ in range(30))
     assert granted == 10  # 20% of 50
 
 
 def test_budget_always_allows_the_minimum():
-    budget = RetryBudget(RetryConfig(budget_percent=20, min_retries=2))
+    budget = retry_budget(RetryConfig(budget_percent=20, min_retries=2))
     budget.request(now=5.0)
-    assert [budget.try_retry(now=5.0) for _ in range(3)] == [True, True, False]
+    assert [budget.try_spend(now=5.0) for _ in range(3)] == [True, True, False]
 
 
 def test_budget_refills_as_the_window_slides():
-    budget = RetryBudget(RetryConfig(budget_percent=100, budget_window_s=2, min_retries=0))
+    budget = retry_budget(RetryConfig(budget_percent=100, budget_window_s=2, min_retries=0))
     budget.request(now=10.0)
-    assert budget.try_retry(now=10.0) and not budget.try_retry(now=10.5)
+    assert budget.try_spend(now=10.0) and not budget.try_spend(now=10.5)
     budget.request(now=12.5)  # the first request and its retry have left the 2 s window
-    assert budget.try_retry(now=12.5)
+    assert budget.try_spend(now=12.5)
 
 
 def config_for(ded: Sim, sls: list[Sim], model_extra: str = ""):

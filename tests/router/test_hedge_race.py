@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from router.budget import hedge_budget
 from router.config import HedgeConfig
-from router.hedge import HedgeShare, race
+from router.hedge import race
 
 
 @dataclass
@@ -115,14 +116,14 @@ async def test_no_hedge_starts_before_the_primarys_request_is_sent():
 
 
 def test_the_share_caps_hedges_per_window_and_forgets_old_ones():
-    share = HedgeShare(HedgeConfig(after_ms=100, max_percent=10, window_s=10, min_hedges=0))
+    share = hedge_budget(HedgeConfig(after_ms=100, max_percent=10, window_s=10, min_hedges=0))
     for _ in range(50):
         share.request(now=100.0)
-    granted = sum(share.try_hedge(now=100.0) for _ in range(20))
+    granted = sum(share.try_spend(now=100.0) for _ in range(20))
     assert granted == 5  # 10% of 50
     for _ in range(50):
         share.request(now=200.0)  # a later window: the old requests and hedges are gone
-    assert sum(share.try_hedge(now=200.0) for _ in range(20)) == 5
+    assert sum(share.try_spend(now=200.0) for _ in range(20)) == 5
 
 
 @pytest.mark.parametrize("cancel_turns", [None, 0, 1, 2, 3])
@@ -187,6 +188,6 @@ async def test_the_loser_is_cancelled_as_soon_as_the_race_is_won():
 
 
 def test_min_hedges_lets_a_quiet_model_hedge_its_first_stall():
-    share = HedgeShare(HedgeConfig(after_ms=100, max_percent=5, window_s=10, min_hedges=2))
+    share = hedge_budget(HedgeConfig(after_ms=100, max_percent=5, window_s=10, min_hedges=2))
     share.request(now=0.0)
-    assert [share.try_hedge(now=0.0) for _ in range(3)] == [True, True, False]
+    assert [share.try_spend(now=0.0) for _ in range(3)] == [True, True, False]
