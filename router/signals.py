@@ -110,6 +110,7 @@ class Signals:
         self._completed: Counter[str] = Counter()
         self.slo_breached: frozenset[str] = frozenset()
         self.engine_saturated: frozenset[str] = frozenset()
+        self.engine_queues: dict[str, EngineQueue] = {}  # pool -> its engine's queue, stepped in tick
         self._tasks: list[asyncio.Task[None]] = []
         predicted = [m for m in config.models.values() if m.routing.admission is Admission.PREDICTED_TTFT]
         priors = {
@@ -123,16 +124,13 @@ class Signals:
     def snapshot(self) -> Snapshot:
         snapshot = self._store.snapshot()
         if self._predicting:
-            snapshot = replace(snapshot, prefill=self._prefill.models, engine_queue=self._engine_queues())
+            snapshot = replace(snapshot, prefill=self._prefill.models, engine_queue=self.engine_queues)
         if not (self.slo_breached or self.engine_saturated):
             return snapshot
         return replace(snapshot, slo_breached=self.slo_breached, engine_saturated=self.engine_saturated)
 
-    def _engine_queues(self) -> dict[str, EngineQueue]:
+    def _engine_queues(self, now: float) -> dict[str, EngineQueue]:
         """Each engine-signalled pool's queue from its last scrape, while that is fresh."""
-        if not self._engines:
-            return {}
-        now = time.monotonic()
         queues = {}
         for pool, signal in self._engines.items():
             sample = self.engine_sample(pool)
@@ -172,6 +170,8 @@ class Signals:
             self._engine_latches[pool], spill = engine_step(latches, self.engine_sample(pool), signal, now)
             if spill:
                 saturated.add(pool)
+        if self._predicting and self._engines:  # per tick, not per request's snapshot
+            self.engine_queues = self._engine_queues(now)
         breached = frozenset(r for r, latch in self._slo_latches.items() if latch.on)
         self._log_changes(breached, frozenset(saturated))
         self.slo_breached, self.engine_saturated = breached, frozenset(saturated)

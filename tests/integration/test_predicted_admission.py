@@ -5,6 +5,7 @@ spill at once (`predicted_slow`), and every pending prompt token is given back."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -92,6 +93,7 @@ async def test_the_engines_own_queue_of_requests_that_bypass_tidegate_counts_in_
         endpoints = config.models["m"].endpoints
         async with httpx.AsyncClient(timeout=30) as client:
             await signals.scrape(client, "ded")
+            signals.tick(time.monotonic())  # the signal loop's step publishes the queue
             idle = signals.snapshot()
             assert idle.engine_queue["ded"].waiting == 0
             assert picker.decide(request, idle, endpoints).reason is Reason.BASELINE  # 50 + 500 ms
@@ -119,6 +121,7 @@ async def test_the_engines_own_queue_of_requests_that_bypass_tidegate_counts_in_
             flood += [asyncio.create_task(bypass(20)) for _ in range(11)]
             await in_flight(12)
             await signals.scrape(client, "ded")
+            signals.tick(time.monotonic())  # the signal loop's step publishes the queue
             busy = signals.snapshot()
             assert busy.pending_prompt_tokens.get("ded", 0) == 0  # nothing of tidegate's there
             assert busy.engine_queue["ded"].waiting >= 10
@@ -128,5 +131,6 @@ async def test_the_engines_own_queue_of_requests_that_bypass_tidegate_counts_in_
             assert [t.name for t in decision.targets] == ["sl"]
             prompts = await asyncio.gather(*flood)
             await signals.scrape(client, "ded")
+            signals.tick(time.monotonic())  # the signal loop's step publishes the queue
             # the engine's histogram of finished requests sizes its queue from now on
             assert signals.snapshot().engine_queue["ded"].mean_prompt_tokens == sum(prompts) / len(prompts)
