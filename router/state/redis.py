@@ -184,16 +184,18 @@ class RedisStore:
     def key(self, pool: str) -> str:
         return f"{self._prefix}:slots:{{{pool}}}"
 
-    def _line_keys(self, pool: str, token: str) -> list[str]:
-        """slots, queue, seen, pending prompt tokens (hash by lease token), their sum, and the
-        tombstone `token` gets if its acquire is given up."""
+    def _line_keys(self, pool: str) -> list[str]:
+        """slots, queue, seen, pending prompt tokens (hash by lease token), their sum."""
         return [
             self.key(pool),
             f"{self._prefix}:queue:{{{pool}}}",
             f"{self._prefix}:seen:{{{pool}}}",
             *self._pending_keys(pool),
-            f"{self._prefix}:gone:{{{pool}}}:{token}",
         ]
+
+    def _acquire_keys(self, pool: str, token: str) -> list[str]:
+        """The pool's line keys and the tombstone `token` gets if its acquire is given up."""
+        return [*self._line_keys(pool), f"{self._prefix}:gone:{{{pool}}}:{token}"]
 
     def _pending_keys(self, pool: str) -> list[str]:
         return [f"{self._prefix}:pending:{{{pool}}}", f"{self._prefix}:pendsum:{{{pool}}}"]
@@ -211,7 +213,7 @@ class RedisStore:
         if self.degraded:
             return await self._acquire_locally(pool, slots, wait_s)
         token = uuid.uuid4().hex
-        keys = self._line_keys(pool, token)
+        keys = self._acquire_keys(pool, token)
         try:
             pending = await self._wait_in_line(pool, keys, slots, token, wait_s)
         except RedisError as exc:
@@ -527,7 +529,7 @@ class RedisStore:
             pipe.hgetall(self._canary_key)
             pipe.hgetall(self._probe_key)
             for pool in self._pools:
-                line = self._line_keys(pool, "")
+                line = self._line_keys(pool)
                 pipe.eval(COUNT, 3, line[0], line[1], line[4])
             for route in self._routes:
                 pipe.eval(CIRCUITS, 1, self.breaker_key(route))

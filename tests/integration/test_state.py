@@ -253,7 +253,7 @@ async def test_redis_drops_a_waiter_whose_replica_stopped_polling(redis_url):
     try:
         holder = await alive.try_acquire("p", Slots(1))
         # a waiter that joins the line once and then never polls again (its replica died)
-        keys = dead._line_keys("p", "ghost")
+        keys = dead._acquire_keys("p", "ghost")
         raw = Redis.from_url(redis_url)
         assert not await raw.eval(ACQUIRE, len(keys), *keys, 1, "ghost", 30000, "1", 1000, 1, 64, 0, -1)
         await raw.aclose()
@@ -273,14 +273,14 @@ async def test_redis_a_removal_that_arrives_before_its_acquire_leaves_nothing(re
     store = RedisStore(redis_url, ["p"])
     raw = Redis.from_url(redis_url)
     try:
-        keys = store._line_keys("p", "late")
+        keys = store._acquire_keys("p", "late")
         assert await raw.eval(REMOVE, len(keys), *keys, "late", weight, 30000)
         args = [4, "late", 30000, wait, 1000, weight, 64, 500, -1]
         assert await raw.eval(ACQUIRE, len(keys), *keys, *args) == 0
         assert await raw.zcard(keys[0]) == 0  # no slot
         assert await raw.zcard(keys[1]) == 0  # not in line
         assert int(await raw.get(keys[4]) or 0) == 0  # no pending prompt tokens
-        other = store._line_keys("p", "other")  # the tombstone is that token's alone
+        other = store._acquire_keys("p", "other")  # the tombstone is that token's alone
         assert await raw.eval(ACQUIRE, len(other), *other, 4, "other", 30000, wait, 1000, 1, 64, 0, -1) == 1
     finally:
         await raw.aclose()
