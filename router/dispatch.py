@@ -340,9 +340,9 @@ class Dispatcher:
         return reply
 
     async def _close_body(self, job: Job, target: Endpoint, reply: Reply, lease: Lease | None) -> None:
-        """After a body reply was sent (or failed to send): release the slot, record."""
-        await self._release(lease)
+        """After a body reply was sent (or failed to send): record, then release the slot."""
         self._books.body_done(job, target, reply.status, reply.body)
+        await self._release(lease)
 
     async def _admit(self, job: Job) -> tuple[Endpoint, Lease | None]:
         """The next target that admits the request, walking on from the cursor; a dedicated

@@ -27,9 +27,11 @@ Latency samples are buffered in-process and merged into Redis in the background 
 `flush_s` (HINCRBY into `...:lat:{route}:{metric}:{slice}` hashes, see router/latency.py),
 so recording adds no round trip to a request. Each slice expires after `retention_s`.
 
-On the request path Redis costs exactly two commands: the acquire and the release. Commands
-issued in the same event-loop turn share one pipeline (router/state/redis_batch.py), so under
-load many requests' acquires and releases share a round trip.
+On the request path Redis costs exactly two commands: the acquire and the release (and the
+task settlement after it). Commands issued in the same event-loop turn share one pipeline
+(router/state/redis_batch.py), so under load many requests' acquires and releases share a
+round trip; the release and the settlement, which no response waits for, linger up to 2 ms
+for the next acquire, so even one request at a time costs about one round trip.
 `snapshot()` reads copies that background tasks refresh (pool counts every `refresh_s`,
 latency figures every second).
 
@@ -305,10 +307,10 @@ class RedisStore:
         key = self.key(lease.pool)
         try:
             if lease.prompt_tokens > 0:
-                slots = self._batch.call(lambda pipe: pipe.zrem(key, *held))
+                slots = self._batch.call("ZREM", key, *held, lazy=True)
                 await asyncio.gather(slots, self._forget(lease))  # one pipeline
             else:
-                await self._batch.call(lambda pipe: pipe.zrem(key, *held))
+                await self._batch.call("ZREM", key, *held, lazy=True)
         except RedisError as exc:
             log.warning("state store: release on %s failed, the lease will expire: %s", lease.pool, exc)
         released = self._released.pop(lease.pool, None)
@@ -328,7 +330,7 @@ class RedisStore:
 
     async def _forget(self, lease: Lease) -> None:
         keys = self._pending_keys(lease.pool)
-        await self._batch.call_script(self._forget_sha, FORGET_PENDING, keys, [lease.token])
+        await self._batch.call_script(self._forget_sha, FORGET_PENDING, keys, [lease.token], lazy=True)
 
     async def prefill_samples(
         self, pool: str, new: Sequence[tuple[float, float]], keep: int
@@ -409,9 +411,11 @@ class RedisStore:
         ttl_ms = int(ttl_s * 1000)
         if task != request:
             key = self.request_key(request)
-            await self._batch.call(lambda pipe: pipe.set(key, task, px=ttl_ms))
+            await self._batch.call("SET", key, task, "PX", ttl_ms, lazy=True)
         args = [route, "1" if ok else "0", ttl_ms]
-        before = await self._batch.call_script(self._settle_sha, SETTLE_TASK, [self.task_key(task)], args)
+        before = await self._batch.call_script(
+            self._settle_sha, SETTLE_TASK, [self.task_key(task)], args, lazy=True
+        )
         return _task_state(before)
 
     async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
@@ -665,6 +669,7 @@ class RedisStore:
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2.0)
         self._tasks.clear()
+        await self._batch.close()
         await self._redis.aclose()
 
     async def start(self) -> None:

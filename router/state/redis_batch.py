@@ -2,10 +2,16 @@
 Redis as one pipeline, one round trip and one socket write for all of them.
 
 With sixteen requests in flight, their slot acquires and releases would otherwise be sixteen
-separate round trips, each paying redis-py's per-command cost (pool checkout, packing, a
-syscall, a read timeout): under load that, not Redis, was the Redis store's price per request
-(issue 13). A lone command still leaves in the same turn it was issued, so nothing waits for
-company.
+separate round trips, each paying the client's per-command cost (under load that, not Redis,
+was the Redis store's price per request, issue 13). On a single Redis the batches go down one
+connection (router/state/redis_line.py), each written as soon as it is formed; on a cluster
+each batch is a cluster pipeline, which routes every command to its node.
+
+A command someone is waiting on (an acquire, a feedback) leaves in the turn it was issued, so
+it waits for no company. A *lazy* command (a release, a task settlement, a prefill end: work
+after the answer, which no response waits for) lingers up to `LINGER_S` for the next urgent
+one, or for the linger to end: one request's release and settlement then travel with the
+next request's acquire, so at low concurrency a request costs one round trip, not three.
 
 Each caller awaits its own command's reply. A caller cancelled while its command is in flight
 does not cancel the command (the others share the round trip): the Redis store already treats
@@ -15,36 +21,54 @@ an acquire that failed on the client side as possibly run on the server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
-Queue = Callable[[Any], object]  # puts one command on a pipeline: `lambda pipe: pipe.zrem(...)`
+from router.state.redis_line import Command, RedisLine
 
 MAX_BATCH = 256  # commands per round trip; a larger backlog leaves in the next one
+LINGER_S = 0.002  # the longest a lazy command waits for company (a slot is held that much longer)
 
 
 class Batcher:
     def __init__(self, redis: Redis | RedisCluster) -> None:
         self._redis = redis
-        self._waiting: list[tuple[Queue, asyncio.Future[Any]]] = []
+        timeout_s = 1.0
+        if isinstance(redis, Redis):
+            timeout_s = redis.connection_pool.connection_kwargs.get("socket_timeout") or timeout_s
+        self._line = RedisLine(redis, timeout_s) if isinstance(redis, Redis) else None
+        self._waiting: list[tuple[Command, asyncio.Future[Any]]] = []
         self._scheduled = False
+        self._linger: asyncio.TimerHandle | None = None
         self._rounds: set[asyncio.Task[None]] = set()
+        self.round_trips = 0  # batches sent
 
-    async def call(self, queue: Queue) -> Any:
-        """Send one command with whatever else is issued in this turn; its reply, or its error."""
+    async def call(self, *command: Any, lazy: bool = False) -> Any:
+        """Send one command (`"ZREM", key, member`) with whatever else is issued in this turn
+        (`lazy`: or within `LINGER_S`); its raw reply, or its error."""
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
-        self._waiting.append((queue, reply))
+        self._waiting.append((command, reply))
+        if not lazy:
+            self._send_soon(loop)
+        elif self._linger is None and not self._scheduled:
+            self._linger = loop.call_later(LINGER_S, self._send_soon, loop)
+        return await reply
+
+    def _send_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._send)
-        return await reply
 
-    async def call_script(self, sha: str, source: str, keys: list[str], args: list[Any]) -> Any:
+    async def call_script(
+        self, sha: str, source: str, keys: list[str], args: list[Any], *, lazy: bool = False
+    ) -> Any:
         """EVALSHA, loading the script first when the server does not know it (a restart, a
         failover, a new cluster node) and retrying once. redis-py refuses EVALSHA in a cluster
         pipeline, so on a cluster each script call is its own round trip."""
@@ -52,7 +76,7 @@ class Batcher:
             try:
                 if isinstance(self._redis, RedisCluster):
                     return await self._redis.evalsha(sha, len(keys), *keys, *args)
-                return await self.call(lambda pipe: pipe.evalsha(sha, len(keys), *keys, *args))
+                return await self.call("EVALSHA", sha, len(keys), *keys, *args, lazy=lazy)
             except NoScriptError:
                 if attempt == 2:
                     raise
@@ -62,18 +86,23 @@ class Batcher:
     def _send(self) -> None:
         self._scheduled = False
         batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+        if not batch:
+            return
+        self.round_trips += 1
         if self._waiting:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._send)
-        task = asyncio.get_running_loop().create_task(self._round_trip(batch))
+            self._send_soon(asyncio.get_running_loop())
+        if self._line is not None:
+            self._line.send([command for command, _ in batch], [reply for _, reply in batch])
+            return
+        task = asyncio.get_running_loop().create_task(self._cluster_round_trip(batch))
         self._rounds.add(task)
         task.add_done_callback(self._rounds.discard)
 
-    async def _round_trip(self, batch: list[tuple[Queue, asyncio.Future[Any]]]) -> None:
+    async def _cluster_round_trip(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                for queue, _ in batch:
-                    queue(pipe)
+                for command, _ in batch:
+                    pipe.execute_command(*command)
                 replies = await pipe.execute(raise_on_error=False)
         except (RedisError, OSError) as exc:  # the store's callers handle RedisError alone
             error = exc if isinstance(exc, RedisError) else RedisConnectionError(str(exc))
@@ -93,3 +122,17 @@ class Batcher:
                 reply.set_exception(answer)
             else:
                 reply.set_result(answer)
+
+    async def close(self, timeout_s: float = 1.0) -> None:
+        """Send what lingers and wait up to `timeout_s` for the replies in flight, then close
+        the line (what is still unanswered fails)."""
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        waiting = [reply for _, reply in self._waiting]
+        while self._waiting:
+            self._send()
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout_s)
+        if self._line is not None:
+            await self._line.close()

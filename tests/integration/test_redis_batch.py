@@ -5,37 +5,28 @@ forgot is loaded again."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from router.state.base import Slots
 from router.state.redis import RedisStore
 from router.state.redis_batch import MAX_BATCH, Batcher
 
 
-class CountingRedis(Redis):
-    """A client that counts the pipelines it runs (one per round trip)."""
-
-    pipelines = 0
-
-    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
-        CountingRedis.pipelines += 1
-        return super().pipeline(*args, **kwargs)
-
-
 async def test_commands_issued_together_share_round_trips_and_each_gets_its_reply(redis_url):
-    client = CountingRedis.from_url(redis_url)
+    client = Redis.from_url(redis_url)
     batch = Batcher(client)
-    CountingRedis.pipelines = 0
     try:
-        replies = await asyncio.gather(*(batch.call(lambda p, i=i: p.incrby("n", i)) for i in range(1, 301)))
+        replies = await asyncio.gather(*(batch.call("INCRBY", "n", i) for i in range(1, 301)))
         assert sorted(replies) == sorted(set(replies))  # each caller saw its own INCRBY's result
         assert max(replies) == sum(range(1, 301))
-        assert CountingRedis.pipelines == -(-300 // MAX_BATCH)  # 300 commands, 2 round trips
+        assert batch.round_trips == -(-300 // MAX_BATCH)  # 300 commands, 2 round trips
     finally:
+        await batch.close()
         await client.aclose()
 
 
@@ -44,12 +35,13 @@ async def test_a_failing_command_fails_its_caller_only(redis_url):
     batch = Batcher(client)
     try:
         await client.set("text", "x")
-        good = batch.call(lambda p: p.incr("n"))
-        bad = batch.call(lambda p: p.incr("text"))  # not an integer
+        good = batch.call("INCR", "n")
+        bad = batch.call("INCR", "text")  # not an integer
         results = await asyncio.gather(good, bad, return_exceptions=True)
         assert results[0] == 1
         assert isinstance(results[1], ResponseError)
     finally:
+        await batch.close()
         await client.aclose()
 
 
@@ -57,13 +49,14 @@ async def test_a_cancelled_caller_leaves_the_others_their_replies(redis_url):
     client = Redis.from_url(redis_url)
     batch = Batcher(client)
     try:
-        calls = [asyncio.create_task(batch.call(lambda p: p.incr("n"))) for _ in range(5)]
+        calls = [asyncio.create_task(batch.call("INCR", "n")) for _ in range(5)]
         await asyncio.sleep(0)  # all five are queued in the same turn
         calls[2].cancel()
         results = await asyncio.gather(*calls, return_exceptions=True)
         assert isinstance(results[2], asyncio.CancelledError)
         assert sorted(r for i, r in enumerate(results) if i != 2) == [1, 2, 4, 5]  # the command ran
     finally:
+        await batch.close()
         await client.aclose()
 
 
@@ -71,11 +64,10 @@ async def test_every_caller_gets_an_error_when_redis_is_gone():
     client = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
     batch = Batcher(client)
     try:
-        results = await asyncio.gather(
-            *(batch.call(lambda p: p.ping()) for _ in range(3)), return_exceptions=True
-        )
+        results = await asyncio.gather(*(batch.call("PING") for _ in range(3)), return_exceptions=True)
         assert all(isinstance(r, RedisError) for r in results), results
     finally:
+        await batch.close()
         await client.aclose()
 
 
@@ -107,3 +99,57 @@ async def test_concurrent_acquires_and_releases_leave_no_lease(redis_url, concur
     finally:
         await raw.aclose()
         await store.close()
+
+
+async def test_a_line_that_stops_answering_is_cut_and_the_next_command_reconnects(redis_url):
+    client = Redis.from_url(redis_url, socket_timeout=0.3)  # the line's watchdog timeout
+    admin = Redis.from_url(redis_url)
+    batch = Batcher(client)
+    try:
+        assert await batch.call("PING") == b"PONG"
+        await admin.client_pause(1500, all=True)  # Redis holds every client's replies
+        started = asyncio.get_running_loop().time()
+        results = await asyncio.gather(*(batch.call("INCR", "n") for _ in range(3)), return_exceptions=True)
+        waited = asyncio.get_running_loop().time() - started
+        assert all(isinstance(r, RedisTimeoutError) for r in results), results
+        assert waited < 1.4, waited  # cut by the watchdog, not answered after the pause
+        await admin.client_unpause()
+        assert await batch.call("INCR", "m") == 1  # a new connection
+    finally:
+        await batch.close()
+        await client.aclose()
+        await admin.aclose()
+
+
+async def test_a_connection_killed_in_flight_fails_its_commands_and_the_line_recovers(redis_url):
+    client = Redis.from_url(redis_url)
+    admin = Redis.from_url(redis_url)
+    batch = Batcher(client)
+    try:
+        await batch.call("CLIENT", "SETNAME", "line")
+        # a blocking command holds the line; killing the connection fails it and the one behind it
+        blocked = asyncio.gather(batch.call("BLPOP", "never", 5), batch.call("PING"), return_exceptions=True)
+        for _ in range(100):
+            if "name=line" in str(await admin.execute_command("CLIENT", "LIST")):
+                break
+        await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        results = await asyncio.wait_for(blocked, 3)
+        assert all(isinstance(r, RedisConnectionError) for r in results), results
+        assert await batch.call("INCR", "k") == 1
+    finally:
+        await batch.close()
+        await client.aclose()
+        await admin.aclose()
+
+
+async def test_a_closed_batcher_sends_what_lingers_first(redis_url):
+    client = Redis.from_url(redis_url)
+    batch = Batcher(client)
+    try:
+        lazy = asyncio.ensure_future(batch.call("SET", "released", "1", lazy=True))
+        await asyncio.sleep(0)  # queued, lingering for company
+        await batch.close()
+        assert await lazy == b"OK"
+        assert await client.get("released") == b"1"
+    finally:
+        await client.aclose()
