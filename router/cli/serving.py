@@ -16,6 +16,7 @@ import uvicorn
 import uvloop
 from starlette.types import ASGIApp
 
+from router import heap
 from router.config import LimitsConfig
 from router.limits import guarded_protocol
 
@@ -99,6 +100,7 @@ def startup_failed(app: ASGIApp) -> str | None:
 
 
 def run(main: Served, companions: Sequence[Served] = (), log_level: str = "warning") -> None:
+    heap.settle()
     uvloop.run(serve_all(main, companions, log_level))
 
 
