@@ -680,6 +680,7 @@ class RedisStore:
             return
         try:
             await self._refresh()  # not refresh(): its "deciding locally" would contradict a refusal
+            await self._batch.call("PING")  # and the request path's own connection
         except RedisError as exc:
             if not self._start_degraded:
                 raise StoreUnreachableAtStart(

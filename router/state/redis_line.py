@@ -1,36 +1,68 @@
-"""One Redis connection used as a line: commands are written in order and their replies are
-read back in that order, by one reader, with no round trip waiting for the one before.
+"""One Redis connection used as a line: commands are written in order, as soon as they are
+handed over, and their replies are matched back in that order as bytes arrive.
 
-A redis-py pipeline costs about 0.2 ms of CPU per round trip on a 2-core VM (a pool
-checkout, a Pipeline object, a retry wrapper, a task for the write timeout, a timeout per
-read); the same command written and read on one connection costs 0.055 ms (issue 13). This
-keeps redis-py for what it does well (the URL and the handshake: AUTH, SELECT, TLS, RESP;
-packing commands; parsing replies and errors) through its public connection API alone:
-`send_packed_command` and `read_response`.
+A redis-py pipeline cost about 0.2 ms of CPU per round trip on a 2-core VM (a pool checkout,
+a Pipeline object, a retry wrapper, a task for the write timeout, a timeout per read), and a
+writer and a reader task per connection still cost two task switches per round trip; the
+same bytes written from the caller's turn and parsed in the transport's callback cost a
+fraction of that (issue 13). redis-py still opens the connection (the URL, TLS, the
+handshake: AUTH, SELECT, client name) and packs the commands; its socket is then handed to
+this line's protocol, which parses replies with hiredis (a core dependency, as redis-py's own
+parser) and hands each to the command's future.
 
 A line that stops answering is cut: when the oldest command has waited `timeout_s` for its
-reply, every command in flight fails with a TimeoutError and the connection is dropped; the
-next command opens a new one. A dropped or refused connection fails the commands in flight
-with a ConnectionError. Either way the caller sees a RedisError, as from a pipeline.
+reply, every command in flight fails with a TimeoutError and the connection is dropped. A
+dropped or refused connection fails the commands in flight with a ConnectionError. The next
+command opens a new connection. Either way a caller sees a RedisError, as from a pipeline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
+import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Command = tuple[Any, ...]  # ("ZREM", key, member, ...)
+
+
+def _reply_error(message: str) -> ResponseError:
+    """An error reply as redis-py would raise it (NoScriptError: the store loads the script)."""
+    return NoScriptError(message) if message.startswith("NOSCRIPT") else ResponseError(message)
+
+
+class _Replies(asyncio.Protocol):
+    """The line's end of the socket: parses what arrives and hands each reply on."""
+
+    def __init__(self, line: RedisLine, conn: AbstractConnection) -> None:
+        self._line = line
+        self._conn = conn
+        self._parser = hiredis.Reader(protocolError=RedisConnectionError, replyError=_reply_error)
+
+    def data_received(self, data: bytes) -> None:
+        self._parser.feed(data)
+        while True:
+            try:
+                reply = self._parser.gets()
+            except RedisError as exc:  # not the Redis protocol: nothing after it can be trusted
+                self._line._drop(self._conn, exc)
+                return
+            if reply is False:
+                return
+            if not self._line._answer(self._conn, reply):
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._line._drop(self._conn, RedisConnectionError(f"Redis closed the connection ({exc or 'EOF'})"))
 
 
 class RedisLine:
@@ -38,83 +70,73 @@ class RedisLine:
         self._pool = redis.connection_pool
         self._timeout_s = timeout_s
         self._conn: AbstractConnection | None = None
-        self._outbox: deque[tuple[list[Command], list[asyncio.Future[Any]]]] = deque()
+        self._transport: asyncio.WriteTransport | None = None
+        self._unsent: list[tuple[list[Command], list[asyncio.Future[Any]]]] = []
         self._in_flight: deque[tuple[float, asyncio.Future[Any]]] = deque()  # (written at, reply)
-        self._wake: asyncio.Event | None = None
-        self._writer: asyncio.Task[None] | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Task[None] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._closed = False
 
     def send(self, commands: list[Command], replies: list[asyncio.Future[Any]]) -> None:
-        """Queue `commands` for one write; each reply (or error) lands in its future."""
+        """Write `commands` now (or once connected); each reply or error lands in its future."""
         if self._closed:
             _fail(replies, RedisConnectionError("the Redis line is closed"))
-            return
-        self._outbox.append((commands, replies))
-        if self._writer is None or self._writer.done():
-            self._wake = asyncio.Event()
-            self._writer = asyncio.get_running_loop().create_task(self._write())
-        elif self._wake is not None:
-            self._wake.set()
+        elif self._transport is not None and self._conn is not None:
+            self._write(self._conn, self._transport, commands, replies)
+        else:
+            self._unsent.append((commands, replies))
+            if self._connecting is None:
+                self._connecting = asyncio.get_running_loop().create_task(self._connect())
 
-    async def _write(self) -> None:
-        """The only writer: futures join the in-flight line in the order their bytes go out."""
-        assert self._wake is not None
-        while not self._closed:
-            if not self._outbox:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            conn = await self._connected()
-            if conn is None:
-                continue  # the batches waiting were failed; the next one tries again
-            commands, replies = self._outbox.popleft()
-            now = time.monotonic()
-            self._in_flight.extend((now, reply) for reply in replies)
-            self._arm_watchdog()
-            try:
-                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-            except (RedisError, OSError) as exc:
-                self._drop(conn, _as_redis_error(exc))
+    def _write(
+        self,
+        conn: AbstractConnection,
+        transport: asyncio.WriteTransport,
+        commands: list[Command],
+        replies: list[asyncio.Future[Any]],
+    ) -> None:
+        now = time.monotonic()
+        self._in_flight.extend((now, reply) for reply in replies)
+        transport.write(b"".join(conn.pack_commands(commands)))
+        self._arm_watchdog()
 
-    async def _connected(self) -> AbstractConnection | None:
-        if self._conn is not None and self._conn.is_connected:
-            return self._conn
-        options = {**self._pool.connection_kwargs, "socket_timeout": None}  # our watchdog times reads
-        conn = self._pool.connection_class(**options)
+    async def _connect(self) -> None:
+        conn = self._pool.connection_class(**self._pool.connection_kwargs)
         try:
             await conn.connect()  # type: ignore[no-untyped-call]
+            transport = _transport_of(conn)
         except (RedisError, OSError) as exc:
-            error = _as_redis_error(exc)
-            while self._outbox:
-                _fail(self._outbox.popleft()[1], error)
-            return None
-        self._conn = conn
-        self._reader = asyncio.get_running_loop().create_task(self._read(conn))
-        return conn
+            error = exc if isinstance(exc, RedisError) else RedisConnectionError(str(exc))
+            for _, replies in self._unsent:
+                _fail(replies, error)
+            self._unsent.clear()
+            await _disconnect(conn)
+            return
+        finally:
+            self._connecting = None
+        if self._closed:
+            await _disconnect(conn)
+            return
+        transport.set_protocol(_Replies(self, conn))
+        self._conn, self._transport = conn, transport
+        unsent, self._unsent = self._unsent, []
+        for commands, replies in unsent:
+            self._write(conn, transport, commands, replies)
 
-    async def _read(self, conn: AbstractConnection) -> None:
-        while True:
-            try:
-                answer: Any = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
-            except ResponseError as exc:
-                answer = exc
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError) as exc:
-                self._drop(conn, _as_redis_error(exc))
-                return
-            if not self._in_flight:  # a reply nobody asked for: the line is out of step
-                self._drop(conn, RedisConnectionError("a Redis reply arrived with no command waiting"))
-                return
-            _, reply = self._in_flight.popleft()
-            if reply.done():  # its caller was cancelled
-                continue
+    def _answer(self, conn: AbstractConnection, answer: Any) -> bool:
+        """One reply, for the oldest command in flight; False when the line was dropped."""
+        if self._conn is not conn:
+            return False
+        if not self._in_flight:  # a reply nobody asked for: the line is out of step
+            self._drop(conn, RedisConnectionError("a Redis reply arrived with no command waiting"))
+            return False
+        _, reply = self._in_flight.popleft()
+        if not reply.done():  # done: its caller was cancelled
             if isinstance(answer, BaseException):
                 reply.set_exception(answer)
             else:
                 reply.set_result(answer)
+        return True
 
     def _arm_watchdog(self) -> None:
         if self._watchdog is None and self._in_flight:
@@ -134,30 +156,44 @@ class RedisLine:
         """The connection is done for: fail what is in flight and close it (in the background)."""
         if self._conn is not conn:
             return  # already dropped
-        self._conn = None
+        self._conn = self._transport = None
         _fail([reply for _, reply in self._in_flight], error)
         self._in_flight.clear()
-        if self._reader is not None and self._reader is not asyncio.current_task():
-            self._reader.cancel()
-        self._reader = None
         asyncio.get_running_loop().create_task(_disconnect(conn))
 
     async def close(self) -> None:
         self._closed = True
-        for task in (self._writer, self._reader):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
-                    await task
+        if self._connecting is not None:
+            self._connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connecting
         error = RedisConnectionError("the Redis line is closed")
+        conn, self._conn, self._transport = self._conn, None, None
         _fail([reply for _, reply in self._in_flight], error)
-        while self._outbox:
-            _fail(self._outbox.popleft()[1], error)
+        self._in_flight.clear()
+        if conn is not None:
+            await _disconnect(conn)
+        for _, replies in self._unsent:
+            _fail(replies, error)
+        self._unsent.clear()
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if self._conn is not None:
-            await _disconnect(self._conn)
-            self._conn = None
+
+
+def _transport_of(conn: AbstractConnection) -> asyncio.WriteTransport:
+    """The socket redis-py opened. redis-py keeps it as the transport of its StreamWriter; a
+    version that no longer does is refused here, loudly, at the first command."""
+    writer = getattr(conn, "_writer", None)
+    transport = getattr(writer, "transport", None)
+    if not (
+        callable(getattr(transport, "write", None)) and callable(getattr(transport, "set_protocol", None))
+    ):
+        raise RedisConnectionError(
+            "this redis-py version does not expose its connection's transport (Connection._writer); "
+            "tidegate's Redis line needs it"
+        )
+    # uvloop's transports have asyncio's methods without being its classes' subclasses
+    return cast(asyncio.WriteTransport, transport)
 
 
 async def _disconnect(conn: AbstractConnection) -> None:
@@ -169,7 +205,3 @@ def _fail(replies: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
     for reply in replies:
         if not reply.done():
             reply.set_exception(error)
-
-
-def _as_redis_error(exc: BaseException) -> RedisError:
-    return exc if isinstance(exc, RedisError) else RedisConnectionError(str(exc))

@@ -5,8 +5,10 @@ forgot is loaded again."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+import uvloop
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
@@ -153,3 +155,19 @@ async def test_a_closed_batcher_sends_what_lingers_first(redis_url):
         assert await client.get("released") == b"1"
     finally:
         await client.aclose()
+
+
+def test_the_line_works_on_uvloop_as_served(redis_url):
+    """`tidegate serve` runs on uvloop, whose transports are not asyncio's classes: the line
+    must take over the socket there too (the other tests run on pytest's asyncio loop)."""
+
+    async def round_trips() -> list[Any]:
+        client = Redis.from_url(redis_url)
+        batch = Batcher(client)
+        try:
+            return await asyncio.gather(*(batch.call("INCR", "uv") for _ in range(20)))
+        finally:
+            await batch.close()
+            await client.aclose()
+
+    assert sorted(uvloop.run(round_trips())) == list(range(1, 21))
