@@ -340,9 +340,12 @@ class Dispatcher:
         return reply
 
     async def _close_body(self, job: Job, target: Endpoint, reply: Reply, lease: Lease | None) -> None:
-        """After a body reply was sent (or failed to send): record, then release the slot."""
-        self._books.body_done(job, target, reply.status, reply.body)
-        await self._release(lease)
+        """After a body reply was sent (or failed to send): record, then release the slot (see
+        the stream's `close`)."""
+        try:
+            self._books.body_done(job, target, reply.status, reply.body)
+        finally:
+            await self._release(lease)
 
     async def _admit(self, job: Job) -> tuple[Endpoint, Lease | None]:
         """The next target that admits the request, walking on from the cursor; a dedicated
@@ -422,10 +425,15 @@ class Dispatcher:
             await self._release(lease)
 
         async def close() -> None:
-            await discard()
-            if isinstance(result.error, UpstreamFailure):  # the upstream failed mid-stream
-                self._breakers.record(route_key(facts.request.model, target.name), False, facts.snapshot)
-            self._books.stream_done(job, target, response.status_code, result)
+            """Record, then release: a Redis release waits for company (the next request's
+            acquire), and the books must not run inside that request's wait."""
+            try:
+                await response.aclose()
+                if isinstance(result.error, UpstreamFailure):  # the upstream failed mid-stream
+                    self._breakers.record(route_key(facts.request.model, target.name), False, facts.snapshot)
+                self._books.stream_done(job, target, response.status_code, result)
+            finally:
+                await self._release(lease)
 
         return Reply(
             response.status_code,

@@ -25,7 +25,9 @@ or a `redis+cluster://` URL).
 
 Latency samples are buffered in-process and merged into Redis in the background every
 `flush_s` (HINCRBY into `...:lat:{route}:{metric}:{slice}` hashes, see router/latency.py),
-so recording adds no round trip to a request. Each slice expires after `retention_s`.
+so recording adds no round trip to a request; the merge travels down the request path's
+connection (router/state/redis_line.py), lazily, with the next acquire. Each slice expires
+after `retention_s`.
 
 On the request path Redis costs exactly two commands: the acquire and the release (and the
 task settlement after it). Commands issued in the same event-loop turn share one pipeline
@@ -59,7 +61,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
@@ -78,6 +80,7 @@ from router.state.latency import (
     resolution_for,
     rolled_up,
     rolled_up_counts,
+    slice_of,
     slices_in_window,
 )
 from router.state.memory import MemoryStore
@@ -89,6 +92,7 @@ from router.state.redis_scripts import (
     COUNT,
     FORGET_PENDING,
     LEAD,
+    MERGE,
     REMOVE,
     RENEW,
     SETTLE_TASK,
@@ -168,6 +172,7 @@ class RedisStore:
         self._remove_sha = self._redis.register_script(REMOVE).sha
         self._settle_sha = self._redis.register_script(SETTLE_TASK).sha
         self._feedback_sha = self._redis.register_script(TASK_FEEDBACK).sha
+        self._merge_sha = self._redis.register_script(MERGE).sha
         self._batch = Batcher(self._redis)
         self._trip = self._redis.register_script(TRIP)
         self._fallback_share = fallback_share
@@ -609,27 +614,82 @@ class RedisStore:
         counted = self._counts.drain()
         if not slices and not counted:
             return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for step in ROLLUPS_S:
-                ttl = self._retention_s if step > SLICE_S else min(self._retention_s, _FINE_TTL_S)
-                for (route, metric, start), histogram in rolled_up(slices, step).items():
-                    key = self.latency_key(route, metric, start, step)
-                    for bucket, count in histogram.counts.items():
-                        pipe.hincrby(key, str(bucket), count)
-                    pipe.hincrbyfloat(key, Histogram.SUM_FIELD, histogram.total)
-                    pipe.hincrbyfloat(key, Histogram.SQUARES_FIELD, histogram.total_sq)
-                    pipe.expire(key, ttl)
-                for (route, start), counts in rolled_up_counts(counted, step).items():
-                    key = self.counts_key(route, start, step)
-                    for name, value in counts.items():
-                        pipe.hincrbyfloat(key, name, value)
-                    pipe.expire(key, ttl)
-            try:
-                await pipe.execute()
-            except RedisError:
-                lost = sum(h.samples for h in slices.values())
-                log.warning("state store: %d latency samples dropped, Redis unreachable", lost)
-                raise
+        if isinstance(self._redis, RedisCluster):
+            commands = self._merge_commands(slices, counted)
+        else:
+            commands = self._merge_scripts(slices, counted)
+        try:
+            await self._merge(commands)
+        except RedisError:
+            lost = sum(h.samples for h in slices.values())
+            log.warning("state store: %d latency samples dropped, Redis unreachable", lost)
+            raise
+
+    async def _merge(self, commands: list[tuple[Any, ...]]) -> None:
+        """Send the flush down the request path's line (lazily: with the next acquire); the
+        MERGE calls a restarted Redis did not know are sent again once it has the script, the
+        others not (they were applied)."""
+        for attempt in (1, 2):
+            answers = await self._batch.call_all(commands, lazy=True)
+            errors = [a for a in answers if isinstance(a, BaseException)]
+            unknown = [c for c, a in zip(commands, answers, strict=True) if isinstance(a, NoScriptError)]
+            if unknown and len(unknown) == len(errors) and attempt == 1:
+                await self._redis.script_load(MERGE)
+                commands = unknown
+                continue
+            if errors:
+                raise errors[0] if isinstance(errors[0], RedisError) else RedisError(str(errors[0]))
+            return
+
+    def _rollup_ttl(self, step: int) -> int:
+        return self._retention_s if step > SLICE_S else min(self._retention_s, _FINE_TTL_S)
+
+    def _merge_scripts(
+        self, slices: Mapping[tuple[str, Metric, int], Histogram], counted: Mapping[tuple[str, int], Counts]
+    ) -> list[tuple[Any, ...]]:
+        """One MERGE per 10 s slice, into the slice and its rollups."""
+        ttls = [self._rollup_ttl(step) for step in ROLLUPS_S]
+        commands: list[tuple[Any, ...]] = []
+        for (route, metric, start), histogram in slices.items():
+            keys = [self.latency_key(route, metric, slice_of(start, step), step) for step in ROLLUPS_S]
+            args: list[Any] = [*ttls, len(histogram.counts)]
+            for bucket, count in histogram.counts.items():
+                args += [bucket, count]
+            args += [
+                Histogram.SUM_FIELD,
+                repr(histogram.total),
+                Histogram.SQUARES_FIELD,
+                repr(histogram.total_sq),
+            ]
+            commands.append(("EVALSHA", self._merge_sha, len(keys), *keys, *args))
+        for (route, start), counts in counted.items():
+            keys = [self.counts_key(route, slice_of(start, step), step) for step in ROLLUPS_S]
+            args = [*ttls, 0]
+            for name, value in counts.items():
+                args += [name, repr(float(value))]
+            commands.append(("EVALSHA", self._merge_sha, len(keys), *keys, *args))
+        return commands
+
+    def _merge_commands(
+        self, slices: Mapping[tuple[str, Metric, int], Histogram], counted: Mapping[tuple[str, int], Counts]
+    ) -> list[tuple[Any, ...]]:
+        """The same increments as plain commands, each routed to its own node (cluster)."""
+        commands: list[tuple[Any, ...]] = []
+        for step in ROLLUPS_S:
+            ttl = self._rollup_ttl(step)
+            for (route, metric, start), histogram in rolled_up(slices, step).items():
+                key = self.latency_key(route, metric, start, step)
+                for bucket, count in histogram.counts.items():
+                    commands.append(("HINCRBY", key, bucket, count))
+                commands.append(("HINCRBYFLOAT", key, Histogram.SUM_FIELD, repr(histogram.total)))
+                commands.append(("HINCRBYFLOAT", key, Histogram.SQUARES_FIELD, repr(histogram.total_sq)))
+                commands.append(("EXPIRE", key, ttl))
+            for (route, start), counts in rolled_up_counts(counted, step).items():
+                key = self.counts_key(route, start, step)
+                for name, value in counts.items():
+                    commands.append(("HINCRBYFLOAT", key, name, repr(float(value))))
+                commands.append(("EXPIRE", key, ttl))
+        return commands
 
     async def _release_all(self) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:

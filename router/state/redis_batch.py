@@ -58,6 +58,18 @@ class Batcher:
             self._linger = loop.call_later(LINGER_S, self._send_soon, loop)
         return await reply
 
+    async def call_all(self, commands: list[Command], *, lazy: bool = False) -> list[Any]:
+        """Send many commands (in order, in as few round trips as MAX_BATCH allows); each one's
+        reply or error (an exception instance), once every reply is in."""
+        loop = asyncio.get_running_loop()
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in commands]
+        self._waiting.extend(zip(commands, replies, strict=True))
+        if not lazy:
+            self._send_soon(loop)
+        elif self._linger is None and not self._scheduled:
+            self._linger = loop.call_later(LINGER_S, self._send_soon, loop)
+        return await asyncio.gather(*replies, return_exceptions=True)
+
     def _send_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._linger is not None:
             self._linger.cancel()

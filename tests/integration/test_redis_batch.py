@@ -5,6 +5,7 @@ forgot is loaded again."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from router.state.base import Slots
+from router.state.latency import CountBook, LatencyBook, Metric
 from router.state.redis import RedisStore
 from router.state.redis_batch import MAX_BATCH, Batcher
 
@@ -171,3 +173,36 @@ def test_the_line_works_on_uvloop_as_served(redis_url):
             await client.aclose()
 
     assert sorted(uvloop.run(round_trips())) == list(range(1, 21))
+
+
+async def test_the_merge_script_writes_what_the_plain_commands_write_and_survives_a_script_flush(redis_url):
+    """The flush's MERGE calls (single Redis) and its plain commands (cluster) leave the same
+    hashes, rollups included; after SCRIPT FLUSH the merge loads the script again and counts
+    every sample exactly once."""
+    scripted = RedisStore(redis_url, ["p"], routes=["m/p"], prefix="scripted")
+    raw = Redis.from_url(redis_url)
+    try:
+        now = time.time()
+        samples = [(Metric.E2E, 12.5), (Metric.E2E, 480.0), (Metric.TTFT, 33.0), (Metric.E2E, 12.5)]
+        book, counts = LatencyBook(), CountBook()
+        for metric, value in samples:
+            scripted.observe("m/p", metric, value)
+            book.observe("m/p", metric, value, now)
+        scripted.count("m/p", {"requests": 2, "cost_usd": 0.25})
+        counts.add("m/p", {"requests": 2, "cost_usd": 0.25}, now)
+        await raw.script_flush()  # as after a Redis restart
+        await scripted.flush()
+        plain = [list(c) for c in scripted._merge_commands(book.drain(), counts.drain())]
+        for command in plain:  # the same increments, as the cluster path sends them
+            command[1] = command[1].replace("scripted:", "plain:", 1)
+            await raw.execute_command(*command)
+        written = {k.decode(): k for k in await raw.keys("scripted:*")}
+        assert len([k for k in written if ":lat" in k]) == 6  # 2 metrics x 3 rollups
+        assert len([k for k in written if ":cnt" in k]) == 3
+        for name, key in written.items():
+            twin = name.replace("scripted:", "plain:", 1)
+            assert await raw.hgetall(key) == await raw.hgetall(twin), name
+            assert await raw.ttl(key) > 0
+    finally:
+        await raw.aclose()
+        await scripted.close()
