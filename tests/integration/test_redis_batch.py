@@ -206,3 +206,20 @@ async def test_the_merge_script_writes_what_the_plain_commands_write_and_survive
     finally:
         await raw.aclose()
         await scripted.close()
+
+
+async def test_a_command_that_cannot_be_packed_fails_its_caller_only(redis_url):
+    client = Redis.from_url(redis_url)
+    batch = Batcher(client)
+    try:
+        results = await asyncio.gather(
+            batch.call("INCR", "n"),
+            batch.call("SET", "k", None),
+            batch.call("INCR", "n"),
+            return_exceptions=True,
+        )
+        assert results[0] == 1 and results[2] == 2
+        assert isinstance(results[1], RedisError)
+    finally:
+        await batch.close()
+        await client.aclose()
