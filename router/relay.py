@@ -93,19 +93,26 @@ class SseRelay:
         complete = bytes(self._buffer[: end + 2])
         del self._buffer[: end + 2]
         self._check_size()
-        if (
-            self.result.first_token_at is None
-            or self._collect
-            or _USAGE_OBJECT in complete
-            or _USAGE_OBJECT_SPACED in complete
-            or _FINISH in complete
-            or _FINISH_SPACED in complete
-        ):
+        if self._worth_parsing(complete):
             return self._inspect(complete)
-        self.result.output_events += complete.count(_EVENT_END)
-        if _DONE in complete:
+        events = complete.count(_EVENT_END)
+        if _DONE in complete:  # the end marker is not output
             self.result.completed = True
+            events -= 1
+        self.result.output_events += events
         return complete
+
+    def _worth_parsing(self, events: bytes) -> bool:
+        """Events are parsed until the first token, when the success checks collect the
+        answer, and when they carry a usage object or a finish_reason; others only counted."""
+        return (
+            self.result.first_token_at is None
+            or self._collect > 0
+            or _USAGE_OBJECT in events
+            or _USAGE_OBJECT_SPACED in events
+            or _FINISH in events
+            or _FINISH_SPACED in events
+        )
 
     def flush(self) -> bytes:
         """What is left when the upstream closed: an unterminated last event, if any."""
@@ -132,10 +139,18 @@ class SseRelay:
             )
 
     def _inspect(self, complete: bytes) -> bytes:
+        """Event by event; once the first token is in, the rest of a chunk's events are only
+        parsed when worth it (an upstream that writes many events at once pays for one)."""
         kept: list[bytes] = []
         for event in complete.split(_EVENT_END)[:-1]:
-            if self._keep(event):
-                kept.append(event + _EVENT_END)
+            if self._worth_parsing(event):
+                if not self._keep(event):
+                    continue
+            elif _DONE in event:
+                self.result.completed = True
+            else:
+                self.result.output_events += 1
+            kept.append(event + _EVENT_END)
         return b"".join(kept)
 
     def _keep(self, event: bytes) -> bool:

@@ -127,3 +127,25 @@ def test_a_first_event_framed_before_the_answer_started_is_timed_when_relayed():
     assert (
         result.first_token_at is not None and result.first_token_at >= before_relaying
     )  # ... timed when relayed
+
+
+def test_a_chunk_of_many_events_counts_and_finds_the_same_as_one_event_at_a_time(monkeypatch):
+    """An upstream that writes a whole answer at once: after the first token only the events
+    with a usage object or a finish_reason are parsed, and the counts stay those of events
+    relayed one at a time."""
+    finish = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    usage = chunk(None, usage={"prompt_tokens": 3, "completion_tokens": 18}, choices=False)
+    stream = chunk("") + b"".join(chunk(f"t{i}") for i in range(18)) + finish + usage + b"data: [DONE]\n\n"
+    one_at_a_time_out, one_at_a_time = relay_all(
+        [e + b"\n\n" for e in stream.split(b"\n\n")[:-1]], drop_usage=False
+    )
+    parsed: list[bytes] = []
+    loads = orjson.loads
+    monkeypatch.setattr("router.relay.orjson.loads", lambda data: parsed.append(data) or loads(data))
+    out, at_once = relay_all([stream], drop_usage=False)
+    assert out == one_at_a_time_out == stream
+    assert at_once.output_events == one_at_a_time.output_events == 18
+    assert at_once.usage is not None and at_once.usage.output_tokens == 18
+    assert at_once.completed and at_once.first_token_at is not None
+    assert at_once.shape == one_at_a_time.shape  # the finish_reason was seen
+    assert len(parsed) == 4  # the role chunk, the first token, the finish, the usage
