@@ -21,6 +21,7 @@ an acquire that failed on the client side as possibly run on the server.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -49,26 +50,31 @@ class Batcher:
     async def call(self, *command: Any, lazy: bool = False) -> Any:
         """Send one command (`"ZREM", key, member`) with whatever else is issued in this turn
         (`lazy`: or within `LINGER_S`); its raw reply, or its error."""
-        loop = asyncio.get_running_loop()
-        reply: asyncio.Future[Any] = loop.create_future()
-        self._waiting.append((command, reply))
-        if not lazy:
-            self._send_soon(loop)
-        elif self._linger is None and not self._scheduled:
-            self._linger = loop.call_later(LINGER_S, self._send_soon, loop)
-        return await reply
+        return await self._enqueue([command], lazy)[0]
 
     async def call_all(self, commands: list[Command], *, lazy: bool = False) -> list[Any]:
         """Send many commands (in order, in as few round trips as MAX_BATCH allows); each one's
         reply or error (an exception instance), once every reply is in."""
+        return await asyncio.gather(*self._enqueue(commands, lazy), return_exceptions=True)
+
+    def _enqueue(self, commands: list[Command], lazy: bool) -> list[asyncio.Future[Any]]:
+        """Queue `commands`; the futures their callers await. A lazy command's reply reaches
+        its caller one loop turn after the urgent replies of the same round trip: the next
+        request's acquire, back with the last one's release and settlement, goes on first."""
         loop = asyncio.get_running_loop()
         replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in commands]
-        self._waiting.extend(zip(commands, replies, strict=True))
+        if lazy:
+            for command, reply in zip(commands, replies, strict=True):
+                relay: asyncio.Future[Any] = loop.create_future()
+                relay.add_done_callback(functools.partial(_pass_on, reply))
+                self._waiting.append((command, relay))
+        else:
+            self._waiting.extend(zip(commands, replies, strict=True))
         if not lazy:
             self._send_soon(loop)
         elif self._linger is None and not self._scheduled:
             self._linger = loop.call_later(LINGER_S, self._send_soon, loop)
-        return await asyncio.gather(*replies, return_exceptions=True)
+        return replies
 
     def _send_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._linger is not None:
@@ -148,3 +154,17 @@ class Batcher:
             await asyncio.wait(waiting, timeout=timeout_s)
         if self._line is not None:
             await self._line.close()
+
+
+def _pass_on(reply: asyncio.Future[Any], relay: asyncio.Future[Any]) -> None:
+    """A lazy command's reply, handed on to its caller (unless the caller gave up)."""
+    if relay.cancelled():
+        reply.cancel()
+        return
+    error = relay.exception()
+    if reply.done():
+        return
+    if error is not None:
+        reply.set_exception(error)
+    else:
+        reply.set_result(relay.result())

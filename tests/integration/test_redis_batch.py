@@ -223,3 +223,28 @@ async def test_a_command_that_cannot_be_packed_fails_its_caller_only(redis_url):
     finally:
         await batch.close()
         await client.aclose()
+
+
+async def test_a_lazy_command_travels_with_the_next_urgent_one_whose_caller_goes_on_first(redis_url):
+    """The last request's release (lazy) and the next one's acquire (urgent) share one round
+    trip, and the acquire's caller resumes before the release's."""
+    client = Redis.from_url(redis_url)
+    batch = Batcher(client)
+    resumed: list[str] = []
+
+    async def send(name: str, lazy: bool) -> None:
+        await batch.call("INCR", name, lazy=lazy)
+        resumed.append(name)
+
+    try:
+        await batch.call("PING")
+        before = batch.round_trips
+        release = asyncio.ensure_future(send("release", True))
+        await asyncio.sleep(0)  # the release is queued, lingering
+        await send("acquire", False)
+        await release
+        assert batch.round_trips == before + 1
+        assert resumed == ["acquire", "release"]
+    finally:
+        await batch.close()
+        await client.aclose()
