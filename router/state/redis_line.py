@@ -77,6 +77,7 @@ class RedisLine:
         self._connecting: asyncio.Task[None] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._closed = False
+        self._closing: set[asyncio.Task[None]] = set()
 
     def send(self, commands: list[Command], replies: list[asyncio.Future[Any]]) -> None:
         """Write `commands` now (or once connected); each reply or error lands in its future."""
@@ -165,7 +166,9 @@ class RedisLine:
         self._conn = self._transport = None
         _fail([reply for _, reply in self._in_flight], error)
         self._in_flight.clear()
-        asyncio.get_running_loop().create_task(_disconnect(conn))
+        closing = asyncio.get_running_loop().create_task(_disconnect(conn))
+        self._closing.add(closing)  # the loop keeps only a weak reference to a task
+        closing.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         self._closed = True
