@@ -61,7 +61,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
@@ -614,42 +614,41 @@ class RedisStore:
         counted = self._counts.drain()
         if not slices and not counted:
             return
-        if isinstance(self._redis, RedisCluster):
-            commands = self._merge_commands(slices, counted)
-        else:
-            commands = self._merge_scripts(slices, counted)
         try:
-            await self._merge(commands)
+            await self._merge(slices, counted)
         except RedisError:
             lost = sum(h.samples for h in slices.values())
             log.warning("state store: %d latency samples dropped, Redis unreachable", lost)
             raise
 
-    async def _merge(self, commands: list[tuple[Any, ...]]) -> None:
-        """Send the flush down the request path's line (lazily: with the next acquire); the
-        MERGE calls a restarted Redis did not know are sent again once it has the script, the
-        others not (they were applied)."""
-        for attempt in (1, 2):
-            answers = await self._batch.call_all(commands, lazy=True)
-            errors = [a for a in answers if isinstance(a, BaseException)]
-            unknown = [c for c, a in zip(commands, answers, strict=True) if isinstance(a, NoScriptError)]
-            if unknown and len(unknown) == len(errors) and attempt == 1:
-                await self._redis.script_load(MERGE)
-                commands = unknown
-                continue
+    async def _merge(
+        self, slices: Mapping[tuple[str, Metric, int], Histogram], counted: Mapping[tuple[str, int], Counts]
+    ) -> None:
+        """Send the flush down the request path's line, lazily (with the next acquire). Each
+        MERGE is a script call of its own, so one a restarted Redis did not know is loaded and
+        sent again alone, the others not (they were applied)."""
+        if isinstance(self._redis, RedisCluster):
+            answers = await self._batch.call_all(self._merge_commands(slices, counted), lazy=True)
+            errors = [answer for answer in answers if isinstance(answer, BaseException)]
             if errors:
                 raise errors[0] if isinstance(errors[0], RedisError) else RedisError(str(errors[0]))
             return
+        await asyncio.gather(
+            *(
+                self._batch.call_script(self._merge_sha, MERGE, keys, args, lazy=True)
+                for keys, args in self._merge_scripts(slices, counted)
+            )
+        )
 
     def _rollup_ttl(self, step: int) -> int:
         return self._retention_s if step > SLICE_S else min(self._retention_s, _FINE_TTL_S)
 
     def _merge_scripts(
         self, slices: Mapping[tuple[str, Metric, int], Histogram], counted: Mapping[tuple[str, int], Counts]
-    ) -> list[tuple[Any, ...]]:
-        """One MERGE per 10 s slice, into the slice and its rollups."""
+    ) -> list[tuple[list[str], list[Any]]]:
+        """The keys and arguments of one MERGE per 10 s slice, into the slice and its rollups."""
         ttls = [self._rollup_ttl(step) for step in ROLLUPS_S]
-        commands: list[tuple[Any, ...]] = []
+        calls: list[tuple[list[str], list[Any]]] = []
         for (route, metric, start), histogram in slices.items():
             keys = [self.latency_key(route, metric, slice_of(start, step), step) for step in ROLLUPS_S]
             args: list[Any] = [*ttls, len(histogram.counts)]
@@ -661,14 +660,14 @@ class RedisStore:
                 Histogram.SQUARES_FIELD,
                 repr(histogram.total_sq),
             ]
-            commands.append(("EVALSHA", self._merge_sha, len(keys), *keys, *args))
+            calls.append((keys, args))
         for (route, start), counts in counted.items():
             keys = [self.counts_key(route, slice_of(start, step), step) for step in ROLLUPS_S]
             args = [*ttls, 0]
             for name, value in counts.items():
                 args += [name, repr(float(value))]
-            commands.append(("EVALSHA", self._merge_sha, len(keys), *keys, *args))
-        return commands
+            calls.append((keys, args))
+        return calls
 
     def _merge_commands(
         self, slices: Mapping[tuple[str, Metric, int], Histogram], counted: Mapping[tuple[str, int], Counts]

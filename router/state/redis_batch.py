@@ -25,10 +25,9 @@ import functools
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
-from router.state.redis_line import Command, RedisLine
+from router.state.redis_line import Command, RedisLine, as_redis_error, deliver, fail
 
 MAX_BATCH = 256  # commands per round trip; a larger backlog leaves in the next one
 LINGER_S = 0.002  # the longest a lazy command waits for company (a slot is held that much longer)
@@ -68,12 +67,11 @@ class Batcher:
                 relay: asyncio.Future[Any] = loop.create_future()
                 relay.add_done_callback(functools.partial(_pass_on, reply))
                 self._waiting.append((command, relay))
+            if self._linger is None and not self._scheduled:
+                self._linger = loop.call_later(LINGER_S, self._send_soon, loop)
         else:
             self._waiting.extend(zip(commands, replies, strict=True))
-        if not lazy:
             self._send_soon(loop)
-        elif self._linger is None and not self._scheduled:
-            self._linger = loop.call_later(LINGER_S, self._send_soon, loop)
         return replies
 
     def _send_soon(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -123,23 +121,13 @@ class Batcher:
                     pipe.execute_command(*command)
                 replies = await pipe.execute(raise_on_error=False)
         except (RedisError, OSError) as exc:  # the store's callers handle RedisError alone
-            error = exc if isinstance(exc, RedisError) else RedisConnectionError(str(exc))
-            for _, reply in batch:
-                if not reply.done():
-                    reply.set_exception(error)
+            fail([reply for _, reply in batch], as_redis_error(exc))
             return
         except BaseException as exc:  # cancelled at shutdown: nobody may wait forever
-            for _, reply in batch:
-                if not reply.done():
-                    reply.set_exception(RedisError(f"the Redis round trip was abandoned ({exc!r})"))
+            fail([reply for _, reply in batch], RedisError(f"the Redis round trip was abandoned ({exc!r})"))
             raise
         for (_, reply), answer in zip(batch, replies, strict=True):
-            if reply.done():  # its caller was cancelled
-                continue
-            if isinstance(answer, BaseException):
-                reply.set_exception(answer)
-            else:
-                reply.set_result(answer)
+            deliver(reply, answer)
 
     async def close(self, timeout_s: float = 1.0) -> None:
         """Send what lingers and wait up to `timeout_s` for the replies in flight, then close
@@ -162,9 +150,4 @@ def _pass_on(reply: asyncio.Future[Any], relay: asyncio.Future[Any]) -> None:
         reply.cancel()
         return
     error = relay.exception()
-    if reply.done():
-        return
-    if error is not None:
-        reply.set_exception(error)
-    else:
-        reply.set_result(relay.result())
+    deliver(reply, error if error is not None else relay.result())

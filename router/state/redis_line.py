@@ -82,7 +82,7 @@ class RedisLine:
     def send(self, commands: list[Command], replies: list[asyncio.Future[Any]]) -> None:
         """Write `commands` now (or once connected); each reply or error lands in its future."""
         if self._closed:
-            _fail(replies, RedisConnectionError("the Redis line is closed"))
+            fail(replies, RedisConnectionError("the Redis line is closed"))
         elif self._transport is not None:
             self._write(self._transport, commands, replies)
         else:
@@ -113,9 +113,9 @@ class RedisLine:
             await conn.connect()  # type: ignore[no-untyped-call]
             transport = _transport_of(conn)
         except (RedisError, OSError) as exc:
-            error = exc if isinstance(exc, RedisError) else RedisConnectionError(str(exc))
+            error = as_redis_error(exc)
             for _, replies in self._unsent:
-                _fail(replies, error)
+                fail(replies, error)
             self._unsent.clear()
             await _disconnect(conn)
             return
@@ -138,11 +138,7 @@ class RedisLine:
             self._drop(conn, RedisConnectionError("a Redis reply arrived with no command waiting"))
             return False
         _, reply = self._in_flight.popleft()
-        if not reply.done():  # done: its caller was cancelled
-            if isinstance(answer, BaseException):
-                reply.set_exception(answer)
-            else:
-                reply.set_result(answer)
+        deliver(reply, answer)
         return True
 
     def _arm_watchdog(self) -> None:
@@ -164,11 +160,14 @@ class RedisLine:
         if self._conn is not conn:
             return  # already dropped
         self._conn = self._transport = None
-        _fail([reply for _, reply in self._in_flight], error)
-        self._in_flight.clear()
+        self._fail_in_flight(error)
         closing = asyncio.get_running_loop().create_task(_disconnect(conn))
         self._closing.add(closing)  # the loop keeps only a weak reference to a task
         closing.add_done_callback(self._closing.discard)
+
+    def _fail_in_flight(self, error: RedisError) -> None:
+        fail([reply for _, reply in self._in_flight], error)
+        self._in_flight.clear()
 
     async def close(self) -> None:
         self._closed = True
@@ -178,12 +177,11 @@ class RedisLine:
                 await self._connecting
         error = RedisConnectionError("the Redis line is closed")
         conn, self._conn, self._transport = self._conn, None, None
-        _fail([reply for _, reply in self._in_flight], error)
-        self._in_flight.clear()
+        self._fail_in_flight(error)
         if conn is not None:
             await _disconnect(conn)
         for _, replies in self._unsent:
-            _fail(replies, error)
+            fail(replies, error)
         self._unsent.clear()
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -210,7 +208,22 @@ async def _disconnect(conn: AbstractConnection) -> None:
         await conn.disconnect(nowait=True)
 
 
-def _fail(replies: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
+def deliver(reply: asyncio.Future[Any], answer: Any) -> None:
+    """A command's reply (an exception instance: its error) to its caller, unless the caller
+    gave up (its future is done: cancelled)."""
+    if reply.done():
+        return
+    if isinstance(answer, BaseException):
+        reply.set_exception(answer)
+    else:
+        reply.set_result(answer)
+
+
+def fail(replies: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
     for reply in replies:
-        if not reply.done():
-            reply.set_exception(error)
+        deliver(reply, error)
+
+
+def as_redis_error(exc: BaseException) -> RedisError:
+    """What the store's callers catch: a socket error as a redis-py ConnectionError."""
+    return exc if isinstance(exc, RedisError) else RedisConnectionError(str(exc))
