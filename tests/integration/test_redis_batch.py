@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,47 +22,43 @@ from router.state.redis import RedisStore
 from router.state.redis_batch import MAX_BATCH, Batcher
 
 
-async def test_commands_issued_together_share_round_trips_and_each_gets_its_reply(redis_url):
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[Redis]:
     client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def batch(client: Redis) -> AsyncIterator[Batcher]:
     batch = Batcher(client)
-    try:
-        replies = await asyncio.gather(*(batch.call("INCRBY", "n", i) for i in range(1, 301)))
-        assert sorted(replies) == sorted(set(replies))  # each caller saw its own INCRBY's result
-        assert max(replies) == sum(range(1, 301))
-        assert batch.round_trips == -(-300 // MAX_BATCH)  # 300 commands, 2 round trips
-    finally:
-        await batch.close()
-        await client.aclose()
+    yield batch
+    await batch.close()
 
 
-async def test_a_failing_command_fails_its_caller_only(redis_url):
-    client = Redis.from_url(redis_url)
-    batch = Batcher(client)
-    try:
-        await client.set("text", "x")
-        good = batch.call("INCR", "n")
-        bad = batch.call("INCR", "text")  # not an integer
-        results = await asyncio.gather(good, bad, return_exceptions=True)
-        assert results[0] == 1
-        assert isinstance(results[1], ResponseError)
-    finally:
-        await batch.close()
-        await client.aclose()
+async def test_commands_issued_together_share_round_trips_and_each_gets_its_reply(batch):
+    replies = await asyncio.gather(*(batch.call("INCRBY", "n", i) for i in range(1, 301)))
+    assert sorted(replies) == sorted(set(replies))  # each caller saw its own INCRBY's result
+    assert max(replies) == sum(range(1, 301))
+    assert batch.round_trips == -(-300 // MAX_BATCH)  # 300 commands, 2 round trips
 
 
-async def test_a_cancelled_caller_leaves_the_others_their_replies(redis_url):
-    client = Redis.from_url(redis_url)
-    batch = Batcher(client)
-    try:
-        calls = [asyncio.create_task(batch.call("INCR", "n")) for _ in range(5)]
-        await asyncio.sleep(0)  # all five are queued in the same turn
-        calls[2].cancel()
-        results = await asyncio.gather(*calls, return_exceptions=True)
-        assert isinstance(results[2], asyncio.CancelledError)
-        assert sorted(r for i, r in enumerate(results) if i != 2) == [1, 2, 4, 5]  # the command ran
-    finally:
-        await batch.close()
-        await client.aclose()
+async def test_a_failing_command_fails_its_caller_only(client, batch):
+    await client.set("text", "x")
+    good = batch.call("INCR", "n")
+    bad = batch.call("INCR", "text")  # not an integer
+    results = await asyncio.gather(good, bad, return_exceptions=True)
+    assert results[0] == 1
+    assert isinstance(results[1], ResponseError)
+
+
+async def test_a_cancelled_caller_leaves_the_others_their_replies(batch):
+    calls = [asyncio.create_task(batch.call("INCR", "n")) for _ in range(5)]
+    await asyncio.sleep(0)  # all five are queued in the same turn
+    calls[2].cancel()
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert isinstance(results[2], asyncio.CancelledError)
+    assert sorted(r for i, r in enumerate(results) if i != 2) == [1, 2, 4, 5]  # the command ran
 
 
 async def test_every_caller_gets_an_error_when_redis_is_gone():
@@ -208,43 +205,31 @@ async def test_the_merge_script_writes_what_the_plain_commands_write_and_survive
         await scripted.close()
 
 
-async def test_a_command_that_cannot_be_packed_fails_its_caller_only(redis_url):
-    client = Redis.from_url(redis_url)
-    batch = Batcher(client)
-    try:
-        results = await asyncio.gather(
-            batch.call("INCR", "n"),
-            batch.call("SET", "k", None),
-            batch.call("INCR", "n"),
-            return_exceptions=True,
-        )
-        assert results[0] == 1 and results[2] == 2
-        assert isinstance(results[1], RedisError)
-    finally:
-        await batch.close()
-        await client.aclose()
+async def test_a_command_that_cannot_be_packed_fails_its_caller_only(batch):
+    results = await asyncio.gather(
+        batch.call("INCR", "n"),
+        batch.call("SET", "k", None),
+        batch.call("INCR", "n"),
+        return_exceptions=True,
+    )
+    assert results[0] == 1 and results[2] == 2
+    assert isinstance(results[1], RedisError)
 
 
-async def test_a_lazy_command_travels_with_the_next_urgent_one_whose_caller_goes_on_first(redis_url):
+async def test_a_lazy_command_travels_with_the_next_urgent_one_whose_caller_goes_on_first(batch):
     """The last request's release (lazy) and the next one's acquire (urgent) share one round
     trip, and the acquire's caller resumes before the release's."""
-    client = Redis.from_url(redis_url)
-    batch = Batcher(client)
     resumed: list[str] = []
 
     async def send(name: str, lazy: bool) -> None:
         await batch.call("INCR", name, lazy=lazy)
         resumed.append(name)
 
-    try:
-        await batch.call("PING")
-        before = batch.round_trips
-        release = asyncio.ensure_future(send("release", True))
-        await asyncio.sleep(0)  # the release is queued, lingering
-        await send("acquire", False)
-        await release
-        assert batch.round_trips == before + 1
-        assert resumed == ["acquire", "release"]
-    finally:
-        await batch.close()
-        await client.aclose()
+    await batch.call("PING")
+    before = batch.round_trips
+    release = asyncio.ensure_future(send("release", True))
+    await asyncio.sleep(0)  # the release is queued, lingering
+    await send("acquire", False)
+    await release
+    assert batch.round_trips == before + 1
+    assert resumed == ["acquire", "release"]
