@@ -7,19 +7,21 @@ the admin API answers 403. Upstream API keys never appear in its output.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Depends, Request
 
 from policies.base import RequestContext
 from policies.serverless import FastestServerless, ServerlessOrder
 from policies.types import Snapshot, route_key
+from router.api import read_body
 from router.auth import KeyDigests, bearer_token
 from router.canary_controller import ACTIONS, HISTORY, CanaryController
-from router.config import GatewayConfig, ModelConfig
+from router.config import GatewayConfig, LimitsConfig, ModelConfig
 from router.economics_report import economics_report
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
+from router.openai import json_object
 from router.report import figures_json, parse_window, routes_report
 from router.signals import Signals
 from router.state.base import StateStore
@@ -120,11 +122,12 @@ def admin_router(
     async def get_model(model: str) -> dict[str, Any]:
         return await describe(model)
 
-    _probe_routes(router, store, model_config, describe)
+    _probe_routes(router, store, model_config, describe, config.limits)
 
     @router.put("/models/{model}/canary")
-    async def put_canary(model: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+    async def put_canary(model: str, request: Request) -> dict[str, Any]:
         model_config(model)
+        body = await admin_body(request, config.limits)
         percent = body.get("percent")
         if isinstance(percent, bool) or not isinstance(percent, int | float) or not 0 <= percent <= 100:
             raise InvalidRequest("'percent' must be a number from 0 to 100", param="percent")
@@ -169,15 +172,21 @@ def _probe_routes(
     store: StateStore,
     model_config: Callable[[str], ModelConfig],
     describe: Callable[[str], Awaitable[dict[str, Any]]],
+    limits: LimitsConfig,
 ) -> None:
     @router.put("/models/{model}/probe")
-    async def put_probe(model: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+    async def put_probe(model: str, request: Request) -> dict[str, Any]:
         """A `tidegate probe --apply` ranking: the initial order of `fastest` serverless routes
         until live figures take over; its verdicts are shown here and in the routes report."""
         cfg = model_config(model)
+        body = await admin_body(request, limits)
         ranking = body.get("ranking")
         names = {e.name for e in cfg.serverless}
-        if not isinstance(ranking, list) or not all(isinstance(e, dict) for e in ranking):
+        if (
+            not isinstance(ranking, list)
+            or len(ranking) > len(cfg.endpoints)
+            or not all(isinstance(e, dict) for e in ranking)
+        ):
             raise InvalidRequest(
                 "'ranking' must be a list of {endpoint, p95_ms, cv_percent, verdict}", param="ranking"
             )
@@ -189,13 +198,32 @@ def _probe_routes(
         ]
         if unknown:
             raise InvalidRequest(f"not an endpoint of {model}: {unknown[0]!r}", param="ranking")
-        fields = ("endpoint", "p95_ms", "cv_percent", "verdict", "caution")
         stored = {
-            "ranking": [{k: e.get(k) for k in fields} for e in kept],
+            "ranking": [_ranked(e) for e in kept],
             "at": str(body.get("at", ""))[:64],
         }
         await store.set_probe(model, orjson.dumps(stored))
         return await describe(model)
+
+
+async def admin_body(request: Request, limits: LimitsConfig) -> dict[str, Any]:
+    """An admin request's JSON object, read only after the admin key was checked (FastAPI
+    reads a declared `Body()` before any dependency runs), within the control body limit and
+    the body deadline. Any content type is read as JSON, as `curl -d` sends it."""
+    body = await read_body(request, limits.max_control_body_bytes, limits.body_timeout_s)
+    return json_object(body, "admin request body")
+
+
+def _ranked(entry: dict[str, Any]) -> dict[str, Any]:
+    """One probe ranking entry as stored: known fields only, figures as numbers, text cut short."""
+    kept: dict[str, Any] = {"endpoint": entry.get("endpoint")}
+    for name in ("p95_ms", "cv_percent"):
+        value = entry.get(name)
+        kept[name] = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    for name in ("verdict", "caution"):
+        value = entry.get(name)
+        kept[name] = value[:200] if isinstance(value, str) else None
+    return kept
 
 
 def serverless_order(model: str, cfg: ModelConfig, snapshot: Snapshot) -> list[str]:

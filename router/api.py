@@ -32,7 +32,9 @@ from router.errors import (
     InvalidRequest,
     ModelNotFound,
     PayloadTooLarge,
+    ServerStopping,
 )
+from router.job import Client
 from router.openai import PATHS
 from router.state.base import StateStore
 
@@ -102,7 +104,22 @@ class RelayResponse(_CleanupAfterSend, StreamingResponse):
         self._write_timeout_s = write_timeout_s
 
     async def _deliver(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await unless_client_leaves(receive, self.stream_response(send))
+        try:
+            await unless_client_leaves(receive, self.stream_response(send))
+        except asyncio.CancelledError:  # not the client leaving: the server stops (drain over)
+            await self._say_stopping(send)
+            raise
+
+    async def _say_stopping(self, send: Send) -> None:
+        """End the stream with an error event before the connection is closed under it."""
+        reply = self._reply
+        if reply.result is not None:
+            reply.result.cut = "server_stopping"
+        if reply.error_event is None:
+            return
+        event = reply.error_event(ServerStopping("the gateway is shutting down; retry the request"))
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            await send({"type": "http.response.body", "body": event, "more_body": True})
 
 
 class BodyResponse(_CleanupAfterSend):
@@ -147,19 +164,19 @@ class LeanApi:
 
 def error_response(exc: GatewayError) -> Response:
     """A GatewayError as the OpenAI-shaped error the client gets (the lean path and FastAPI's
-    handlers both answer with this)."""
-    return Response(exc.body(), status_code=exc.status_code, media_type=_JSON)
+    handlers both answer with this), with its Retry-After when it has one."""
+    headers = None if exc.retry_after_s is None else {"retry-after": f"{exc.retry_after_s:g}"}
+    return Response(exc.body(), status_code=exc.status_code, media_type=_JSON, headers=headers)
 
 
 def proxied_endpoint(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: LimitsConfig) -> Endpoint:
     async def endpoint(request: Request) -> Response:
         received_at = time.monotonic()
-        keys.check(request)
+        caller = keys.check(request)
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
-        client = request.scope.get("client")
-        work = dispatcher.dispatch(
-            path, body, request.scope["headers"], received_at, client[0] if client else None
-        )
+        peer = request.scope.get("client")
+        client = Client(peer[0] if peer else None, caller)
+        work = dispatcher.dispatch(path, body, request.scope["headers"], received_at, client)
         reply = await unless_client_leaves(request.receive, work)
         if reply is None:  # the client is gone: nobody to answer
             return Response(status_code=499)
@@ -247,8 +264,9 @@ def health_routes(store: StateStore, time_scale: float = 1.0) -> list[Route]:
     async def readyz(request: Request) -> Response:
         """Ready while the gateway can serve, which it can without Redis (decisions are then
         local): an unreachable store is reported as `degraded`, still 200, so an orchestrator
-        does not take every replica out of service because Redis blinked."""
-        reachable = await _ping(store)
+        does not take every replica out of service because Redis blinked. Served from what the
+        store's background refresh last saw: no I/O, whoever asks and however often."""
+        reachable = not store.degraded
         body = {
             "status": "ready" if reachable and not store.degraded else "degraded",
             "state_store": store.name,
@@ -269,8 +287,3 @@ def metrics_route(registry: CollectorRegistry) -> Route:
 
     return Route("/metrics", metrics, methods=["GET"])
 
-
-async def _ping(store: StateStore) -> bool:
-    with anyio.move_on_after(2.0):
-        return await store.ping()
-    return False

@@ -24,7 +24,7 @@ from policies import registry
 from policies.base import Policy
 from router import api
 from router.admin import admin_router
-from router.auth import ApiKeys
+from router.auth import ApiKeys, KeyDigests
 from router.bookkeeping import Books
 from router.breaker import Breakers, breaker_configs
 from router.canary_controller import CanaryController
@@ -47,7 +47,7 @@ from router.signals import Signals
 from router.state.base import StateStore, StoreUnreachableAtStart
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
-from router.tasks import TaskLedger
+from router.tasks import EarlyBound, TaskLedger
 from router.telemetry import Telemetry, default_providers
 from router.upstream import TransportFactory, Upstream, aiohttp_transport
 
@@ -107,7 +107,8 @@ def create_app(
     recorder = recorder or Recorder(sinks=[telemetry])
     signals = Signals(config, store)
     telemetry.watch(signals.snapshot, store)
-    ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled)
+    early = EarlyBound(config.tasks.max_early_feedback, config.tasks.early_feedback_s)
+    ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled, early=early)
     gauges = EconomicsGauges(config, store, telemetry.economics)
     controller = CanaryController(config, store, signals.snapshot, telemetry.registry)
     keep_warm = KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s)
@@ -169,7 +170,8 @@ def create_app(
         app.lean["/v1" + path] = endpoint
         app.router.routes.append(Route("/v1" + path, endpoint, methods=["POST"]))  # other methods: 405
     app.router.routes.extend(api.models_routes(config, keys))
-    app.router.routes.append(feedback_route(ledger, keys, config.limits.body_timeout_s))
+    admin = KeyDigests([config.auth.admin_key])
+    app.router.routes.append(feedback_route(ledger, keys, admin, config.limits.body_timeout_s))
     app.router.routes.extend(api.health_routes(store, config.time_scale))
     app.router.routes.append(api.metrics_route(telemetry.registry))
     app.include_router(admin_router(config, store, signals, controller))

@@ -1,5 +1,11 @@
 """Bearer keys: kept as SHA-256 digests, compared in constant time. One check for the
-client API keys and the admin key, so both read the header and compare the same way."""
+client API keys and the admin key, so both read the header and compare the same way.
+
+A check names the caller: `key-` and the first 12 hex digits of its key's digest (stable
+across restarts and replicas, and not the secret), `anonymous` when the gateway runs open,
+`admin` for the admin key. Tasks and feedback belong to their caller, and the canary weighs
+callers by this name (router/tasks.py, router/canary_analysis.py).
+"""
 
 from __future__ import annotations
 
@@ -11,12 +17,20 @@ from starlette.requests import Request
 
 from router.errors import Unauthorized
 
+ANONYMOUS = "anonymous"
+ADMIN = "admin"
+
 
 def bearer_token(request: Request) -> str | None:
     """The token of `Authorization: Bearer TOKEN`, or None when there is none."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
+
+
+def key_id(key: str) -> str:
+    """The caller name of a client key (safe to log and store)."""
+    return "key-" + _digest(key).hex()[:12]
 
 
 class KeyDigests:
@@ -28,25 +42,36 @@ class KeyDigests:
     def __bool__(self) -> bool:
         return bool(self._digests)
 
-    def accepts(self, token: str) -> bool:
+    def match(self, token: str) -> bytes | None:
+        """The digest of the key `token` is, if it is one (every digest is compared)."""
         given = _digest(token)
-        return any(hmac.compare_digest(given, known) for known in self._digests)
+        found = None
+        for known in self._digests:
+            if hmac.compare_digest(given, known):
+                found = known
+        return found
+
+    def accepts(self, token: str) -> bool:
+        return self.match(token) is not None
 
 
 class ApiKeys:
-    """Client API keys; with none configured every client is let in."""
+    """Client API keys; with none configured every client is let in (as `anonymous`)."""
 
     def __init__(self, keys: Iterable[str]) -> None:
         self._keys = KeyDigests(keys)
 
-    def check(self, request: Request) -> None:
+    def check(self, request: Request) -> str:
+        """The caller's name; Unauthorized without a valid key (when keys are configured)."""
         if not self._keys:
-            return
+            return ANONYMOUS
         token = bearer_token(request)
         if token is None:
             raise Unauthorized("You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'.")
-        if not self._keys.accepts(token):
+        found = self._keys.match(token)
+        if found is None:
             raise Unauthorized("Incorrect API key provided.")
+        return "key-" + found.hex()[:12]
 
 
 def _digest(key: str) -> bytes:

@@ -12,6 +12,7 @@ from opentelemetry.trace import Span, StatusCode
 
 from policies.canary import bucket
 from policies.types import route_key
+from router.canary_callers import caller_fields
 from router.config import DedicatedEndpoint, Endpoint, ServerlessEndpoint
 from router.economics import token_cost_usd
 from router.job import Job, ms_since
@@ -136,7 +137,8 @@ class Books:
                     self._store.observe(route, Metric.TOKENS_OUT, measures.output_tokens)
             if self._ledger is not None:
                 route = route_key(job.facts.request.model, target.name if target else "-")
-                self._ledger.settle_later(job.facts.task_id, job.facts.request_id, route, ok)
+                facts = job.facts
+                self._ledger.settle_later(facts.task_id, facts.request_id, route, ok, facts.client.caller)
         if job.span is not None:
             _end_spans(job, target, status, measures, outcome)
         self._recorder.record(
@@ -160,6 +162,7 @@ class Books:
                 cost_usd=cost,
                 at=time.time(),
                 hedge=job.hedge,
+                caller=job.facts.client.caller,
             )
         )
 
@@ -192,12 +195,7 @@ class Books:
             counts["errors"] = 1
         if job.walk.retries:
             counts["retries"] = job.walk.retries
-        if measures.input_tokens:
-            counts["tokens_in"] = measures.input_tokens
-        if measures.output_tokens:
-            counts["tokens_out"] = measures.output_tokens
-        if measures.tokens_estimated:
-            counts["tokens_estimated"] = 1
+        counts.update(_token_counts(measures))
         if cost:
             counts["cost_usd"] = cost
             if not ok:
@@ -207,6 +205,10 @@ class Books:
             counts["busy_ms"] = busy
             if not ok and isinstance(target, DedicatedEndpoint):
                 counts["wasted_busy_ms"] = busy
+        if _route_answers_for(job, outcome, measures):
+            counts.update(caller_fields(job.facts.client.caller, ok=ok, error="errors" in counts))
+        else:
+            counts["not_the_routes"] = 1
         model = job.facts.request.model
         self._store.count(route_key(model, target.name if target else "-"), counts)
         self._count_failed_attempts(job, target)
@@ -242,7 +244,29 @@ class Books:
             if attempt.endpoint in dedicated and attempt.error is not None:
                 busy = attempt.duration_ms
                 route = route_key(job.facts.request.model, attempt.endpoint)
-                self._store.count(route, {"busy_ms": busy, "wasted_busy_ms": busy, "failed_attempts": 1})
+                counts = {"busy_ms": busy, "wasted_busy_ms": busy, "failed_attempts": 1}
+                counts.update(caller_fields(job.facts.client.caller, ok=False, error=True))
+                self._store.count(route, counts)
+
+
+def _token_counts(measures: Measures) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    if measures.input_tokens:
+        counts["tokens_in"] = measures.input_tokens
+    if measures.output_tokens:
+        counts["tokens_out"] = measures.output_tokens
+    if measures.tokens_estimated:
+        counts["tokens_estimated"] = 1
+    return counts
+
+
+def _route_answers_for(job: Job, outcome: Outcome, measures: Measures) -> bool:
+    """Whether the request's outcome is its route's doing, as the canary compares routes: an
+    upstream 4xx for the request itself, a client that left, and an answer cut by the
+    client's own token limit are the caller's (router/canary_callers.py)."""
+    if outcome in (Outcome.CLIENT_ERROR, Outcome.CLIENT_GONE):
+        return False
+    return not (measures.failed_check == "finish_length" and job.facts.request.caps_output)
 
 
 def _token_cost(target: Endpoint | None, measures: Measures) -> float:

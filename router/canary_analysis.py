@@ -7,10 +7,11 @@ gathers them from the store, `tidegate canary plan` shows them without acting.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from router.canary_callers import Rates
 from router.config import CanaryChecks
 from router.economics import per_success
 
@@ -25,7 +26,9 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Side:
-    """One side's figures over the interval (None: no samples for that figure)."""
+    """One side's figures over the interval (None: no samples for that figure). `requests`,
+    `errors` and `successes` are those the route answers for (router/canary_callers.py);
+    with `weighted` set, the rates are its caller-weighted ones."""
 
     requests: int = 0
     errors: int = 0
@@ -34,14 +37,23 @@ class Side:
     itl_p50_ms: float | None = None
     cost_usd: float = 0.0
     successful_tasks: float = 0.0
+    weighted: Rates | None = None
 
     @property
     def error_rate(self) -> float | None:
+        if self.weighted is not None:
+            return self.weighted.error_rate
         return self.errors / self.requests if self.requests else None
 
     @property
     def success_rate(self) -> float | None:
+        if self.weighted is not None:
+            return self.weighted.success_rate
         return self.successes / self.requests if self.requests else None
+
+    @property
+    def callers(self) -> int | None:
+        return self.weighted.callers if self.weighted is not None else None
 
     @property
     def cost_per_success(self) -> float | None:
@@ -79,10 +91,13 @@ class Analysis:
 
 
 def _side_json(side: Side) -> dict[str, Any]:
-    return asdict(side) | {
+    weighted = side.weighted
+    return {k: v for k, v in asdict(side).items() if k != "weighted"} | {
         "error_rate": side.error_rate,
         "success_rate": side.success_rate,
         "cost_per_success": side.cost_per_success,
+        "callers": side.callers,
+        "top_caller_share": weighted.top_share if weighted is not None else None,
     }
 
 
@@ -101,10 +116,26 @@ def _ceiling(check: str, value: float | None, limit: float) -> Check:
     return Check(check, result, value, None, limit)
 
 
-def analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples: int) -> Analysis:
+def analyse(
+    dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples: int, min_callers: int = 1
+) -> Analysis:
     """Every configured check; FAIL if any failed, else INCONCLUSIVE when a side has fewer
     than `min_samples` requests or a check had no data, else PASS. A failure on thin data
-    still counts: a dedicated side erroring on its few requests is not a reason to wait."""
+    still counts: a dedicated side erroring on its few requests is not a reason to wait. A
+    verdict whose rates rest on fewer than `min_callers` callers says so in its reason."""
+    found = _analyse(dedicated, serverless, checks, min_samples)
+    few = [
+        f"{name} {side.callers}"
+        for name, side in (("dedicated", dedicated), ("serverless", serverless))
+        if side.callers is not None and side.callers < min_callers
+    ]
+    if not few:
+        return found
+    caution = f" (rests on few callers: {', '.join(few)}; min_callers {min_callers})"
+    return replace(found, reason=found.reason + caution)
+
+
+def _analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples: int) -> Analysis:
     ratios = (  # (check, dedicated, serverless, limit, the ratio must be at most the limit)
         ("ttft_p95_ratio", dedicated.ttft_p95_ms, serverless.ttft_p95_ms, checks.ttft_p95_max_ratio, True),
         ("itl_p50_ratio", dedicated.itl_p50_ms, serverless.itl_p50_ms, checks.itl_p50_max_ratio, True),

@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from policies.types import Snapshot, route_key
 from router.canary_analysis import Analysis, Side, Verdict, analyse
+from router.canary_callers import Rates, callers_of, like_with_like
 from router.config import CanaryControllerConfig, GatewayConfig, ModelConfig
 from router.costs import provisioned
 from router.errors import ClientError, StoreUnavailable
@@ -246,11 +247,17 @@ class CanaryController:
         itl = await self._store.latency_window(routes, Metric.ITL, window)
         now = time.time()
         ded_cost = sum(provisioned(e, now - window, now).cost_usd for e in config.dedicated)
+        ded_rates, sl_rates = like_with_like(
+            callers_of(counts.get(r, {}) for r in dedicated),
+            callers_of(counts.get(r, {}) for r in serverless),
+            canary.max_caller_share,
+        )
         return analyse(
-            _side(dedicated, counts, ttft, itl, cost=ded_cost),
-            _side(serverless, counts, ttft, itl, cost=None),
+            _side(dedicated, counts, ttft, itl, cost=ded_cost, weighted=ded_rates),
+            _side(serverless, counts, ttft, itl, cost=None, weighted=sl_rates),
             canary.checks,
             canary.min_samples,
+            canary.min_callers,
         )
 
     # --- admin (any replica) ------------------------------------------------------------
@@ -332,20 +339,23 @@ def _side(
     itl: dict[str, Histogram],
     *,
     cost: float | None,
+    weighted: Rates,
 ) -> Side:
-    """One side's figures: failed attempts that failed over count as its errors."""
+    """One side's figures: the requests its routes answer for, by caller (failed attempts that
+    failed over among its errors), and its caller-weighted rates."""
     total: Counts = {}
     ttft_all, itl_all = Histogram(), Histogram()
     for route in routes:
         add_counts(total, counts.get(route, {}))
         ttft_all.merge(ttft.get(route, Histogram()))
         itl_all.merge(itl.get(route, Histogram()))
-    failed_attempts = int(total.get("failed_attempts", 0))
+    answered = callers_of([total]).values()
     ttft_figures, itl_figures = ttft_all.figures(), itl_all.figures()
     return Side(
-        requests=int(total.get("requests", 0)) + failed_attempts,
-        errors=int(total.get("errors", 0)) + failed_attempts,
-        successes=int(total.get("ok", 0)),
+        requests=int(sum(c.requests for c in answered)),
+        errors=int(sum(c.errors for c in answered)),
+        successes=int(sum(c.successes for c in answered)),
+        weighted=weighted,
         ttft_p95_ms=ttft_figures.p95 if ttft_figures else None,
         itl_p50_ms=itl_figures.p50 if itl_figures else None,
         cost_usd=total.get("cost_usd", 0.0) if cost is None else cost,

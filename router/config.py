@@ -43,6 +43,14 @@ class ListenConfig(_Frozen):
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
 
 
+class ServerConfig(_Frozen):
+    """The HTTP server. `forwarded_allow_ips`: the proxies (IPs, CIDRs, or "*") whose
+    X-Forwarded-For and X-Forwarded-Proto are believed; empty, nobody's are (the client's
+    address is the socket's)."""
+
+    forwarded_allow_ips: tuple[str, ...] = ()
+
+
 class StateConfig(_Frozen):
     redis_url: str = ""  # empty: the embedded in-memory store (one process only)
     lease_ttl_s: Annotated[float, Field(gt=0)] = 30.0  # a dead replica's slots free up after this
@@ -89,7 +97,15 @@ class LimitsConfig(_Frozen):
     """Every resource a client or an upstream can grow, bounded per process. README,
     "Security and limits", says what the client gets when each is hit."""
 
-    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024  # 413 above
+    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024  # proxied /v1 paths: 413 above
+    # the admin API, feedback and every other path: 413 above (checked before auth)
+    max_control_body_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
+    # bodies held by the requests in flight of one process; a head that does not fit: 503
+    max_body_bytes_in_flight: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024
+    # after a refusal (or an answer before the body ended), the rest of the body is read and
+    # dropped for at most this long and this many bytes, then the connection closes
+    discard_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+    max_discard_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
     max_output_tokens: Annotated[int, Field(gt=0)] = 1 << 20  # a larger max_tokens is refused (400)
     max_n: Annotated[int, Field(ge=1, le=128)] = 8  # `n` / `best_of` above: 400
     drain_s: Annotated[int, Field(ge=1)] = 30  # on SIGTERM, in-flight requests get this long (s)
@@ -103,6 +119,19 @@ class LimitsConfig(_Frozen):
     client_write_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # a client not reading this long: cut
     max_response_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024  # an upstream body above: 502
     max_event_bytes: Annotated[int, Field(gt=0)] = 8 * 1024 * 1024  # one upstream SSE event above: cut
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> LimitsConfig:
+        if self.max_body_bytes > self.max_body_bytes_in_flight:
+            raise ValueError(
+                "max_body_bytes must not exceed max_body_bytes_in_flight (no such body could be read)"
+            )
+        return self
+
+    def worst_case_bytes(self) -> int:
+        """What clients can make one process hold at most: every body in flight, plus the
+        request head of every open connection (a body nobody reads is dropped, not kept)."""
+        return self.max_body_bytes_in_flight + self.max_connections * self.max_header_bytes
 
 
 class TimeoutsConfig(_Frozen):
@@ -145,7 +174,7 @@ class EndpointConfig(_Frozen):
     timeouts: TimeoutsConfig = TimeoutsConfig()
 
 
-_CLOCK = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+_CLOCK = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 
 
 class ScheduleEntry(_Frozen):
@@ -159,7 +188,7 @@ class ScheduleEntry(_Frozen):
     @field_validator("start", "end")
     @classmethod
     def _clock(cls, value: str) -> str:
-        if not _CLOCK.match(value):
+        if not _CLOCK.fullmatch(value):
             raise ValueError("expected a UTC time of day as HH:MM")
         return value
 
@@ -348,6 +377,9 @@ class CanaryControllerConfig(_Frozen):
     max_percent: Annotated[float, Field(gt=0, le=100)] = 100.0  # ... up to this
     interval_s: Annotated[float, Field(gt=0)] = 300.0
     min_samples: Annotated[int, Field(ge=1)] = 75  # requests per side and interval; fewer: hold
+    # no caller (API key) weighs more than this share of a side's success and error rates
+    max_caller_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    min_callers: Annotated[int, Field(ge=1)] = 3  # fewer: the verdict says it rests on few callers
     checks: CanaryChecks = CanaryChecks()
     failure_threshold: Annotated[int, Field(ge=1)] = 2  # failed analyses in a row before on_failure
     on_failure: Literal["rollback", "hold"] = "rollback"
@@ -421,12 +453,17 @@ class TasksConfig(_Frozen):
 
     ttl_s: Annotated[float, Field(ge=60, le=7 * 86400)] = 3600.0
     max_tracked: Annotated[int, Field(ge=1000)] = 200_000
+    # failure feedback on a request or task not settled yet is kept this long, at most this
+    # many per key (past that: 429); it never displaces a tracked task
+    early_feedback_s: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    max_early_feedback: Annotated[int, Field(ge=1, le=100_000)] = 100
 
 
 class GatewayConfig(_Frozen):
     # a time-lapse for replays: the time constants were divided by this (router/timelapse.py)
     time_scale: Annotated[float, Field(ge=1, le=1000)] = 1.0
     listen: ListenConfig = ListenConfig()
+    server: ServerConfig = ServerConfig()
     tasks: TasksConfig = TasksConfig()
     state: StateConfig = StateConfig()
     # validated like a written one: a config with no `auth` at all refuses to start, too

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,7 +42,7 @@ from router.errors import (
     UpstreamStatus,
 )
 from router.hedge import race
-from router.job import Facts, Job, ms_since, overhead_ms
+from router.job import NO_CLIENT, Client, Facts, Job, ms_since, overhead_ms
 from router.openai import PATHS, RequestPeek, model_renamer, peek, upstream_body
 from router.records import Attempt, Hedge, Measures, Outcome
 from router.relay import SseRelay, StreamResult, relay_stream
@@ -50,6 +50,7 @@ from router.signals import Signals
 from router.state.base import Lease, Slots
 from router.state.latency import Metric
 from router.success import wants_checks
+from router.tasks import valid_task_id
 from router.telemetry import (
     Telemetry,
     trace_headers,
@@ -60,7 +61,6 @@ from router.upstream import Upstream, response_headers
 _MAX_RETRY_AFTER_S = 30.0
 REQUEST_ID_HEADER = "x-tidegate-request-id"
 TASK_ID_HEADER_BYTES = b"x-tidegate-task-id"
-_TASK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 log = logging.getLogger("tidegate")
 
@@ -79,6 +79,7 @@ class Reply:
     result: StreamResult | None = None
     # a hedge race's loser that answered too late: close and release, record nothing
     discard: Callable[[], Awaitable[None]] | None = None
+    error_event: Callable[[GatewayError], bytes] | None = None  # how this stream says it failed
 
 
 class Leases(Protocol):
@@ -136,7 +137,7 @@ class Dispatcher:
         body: bytes,
         headers: Sequence[tuple[bytes, bytes]],
         received_at: float,
-        client_ip: str | None = None,
+        client: Client = NO_CLIENT,
     ) -> Reply:
         """Serve one OpenAI request body for `path` (relative to /v1). Raises ClientError
         for a request the gateway itself rejects; every other outcome is a Reply, recorded,
@@ -147,7 +148,7 @@ class Dispatcher:
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
         key = _stickiness(request, headers)
-        request_id = f"req_{random.getrandbits(96):024x}"
+        request_id = "req_" + secrets.token_hex(12)  # feedback names requests by it: unguessable
         task_id = _task_id(headers) or request_id
         predicted = config.routing.admission is Admission.PREDICTED_TTFT
         context = RequestContext(request.model, request.stream, key, request.prompt_tokens)
@@ -163,7 +164,7 @@ class Dispatcher:
             received_at,
             snapshot,
             key,
-            client_ip,
+            client,
             deadline,
             decision.queue_ms,
             request_id,
@@ -311,7 +312,7 @@ class Dispatcher:
             job.sent.set()
         try:
             response = await self._upstream.open(
-                target, facts.path, body, facts.headers, trace_context=context, client_ip=facts.client_ip
+                target, facts.path, body, facts.headers, trace_context=context, client_ip=facts.client.ip
             )
             if facts.request.stream:
                 reply = await self._stream_reply(job, target, response, lease)
@@ -409,6 +410,7 @@ class Dispatcher:
             collect_bytes=checks.max_checked_bytes
             if checks.check_json and wants_checks(facts.request.payload)
             else 0,
+            responses=facts.path == "/responses",
         )
         chunks = self._upstream.chunks(response, target, facts.deadline)
         try:
@@ -442,6 +444,7 @@ class Dispatcher:
             on_close=close,
             result=result,
             discard=discard,
+            error_event=relay.error_event,
         )
 
     def _failed(self, job: Job, exc: GatewayError) -> Reply:
@@ -514,7 +517,7 @@ def _task_id(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
     for key, value in headers:
         if key == TASK_ID_HEADER_BYTES:
             text = value.decode("latin-1")
-            if not _TASK_ID.match(text):
+            if not valid_task_id(text):
                 raise InvalidRequest(
                     "x-tidegate-task-id must be 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'",
                     param="x-tidegate-task-id",

@@ -9,8 +9,10 @@
     │   ├── MethodNotAllowed          405
     │   ├── ClientTooSlow             408 (headers or body later than limits.*_timeout_s)
     │   ├── PayloadTooLarge           413
+    │   ├── RateLimited               429 rate_limit_exceeded
     │   └── HeadersTooLarge           431 (limits.max_header_bytes)
     ├── Overloaded                    503 server_overloaded (limits.max_in_flight / max_connections)
+    ├── ServerStopping                503 server_stopping (a stream cut at the end of a drain)
     ├── RequestTimeout                504 request_timeout (limits.request_timeout_s passed)
     ├── StoreUnavailable              503 (an admin write could not reach the shared state store)
     └── UpstreamFailure               the request could not be served by an upstream
@@ -101,6 +103,16 @@ class PayloadTooLarge(ClientError):
     code = "request_too_large"
 
 
+class RateLimited(ClientError):
+    status = 429
+    code = "rate_limit_exceeded"
+    error_type = "rate_limit_error"
+
+    @property
+    def retry_after_s(self) -> float | None:
+        return 1.0
+
+
 class HeadersTooLarge(ClientError):
     status = 431
     code = "headers_too_large"
@@ -113,6 +125,11 @@ class Overloaded(GatewayError):
     @property
     def retry_after_s(self) -> float | None:
         return 1.0
+
+
+class ServerStopping(GatewayError):
+    status = 503
+    code = "server_stopping"
 
 
 class RequestTimeout(GatewayError):

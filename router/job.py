@@ -18,6 +18,18 @@ from router.records import Hedge
 
 
 @dataclass(frozen=True, slots=True)
+class Client:
+    """Who sent a request: the socket's address (or, behind a trusted proxy, the one it
+    forwarded) and the caller's name (its key's, router/auth.py), which owns its task."""
+
+    ip: str | None = None
+    caller: str = "anonymous"
+
+
+NO_CLIENT = Client()  # tests and benchmarks that call the dispatcher directly
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     """What is known of a request when it arrives; nothing changes it while it is served.
     Times are monotonic seconds, except `deadline` (event-loop time)."""
@@ -29,7 +41,7 @@ class Facts:
     received_at: float
     snapshot: Snapshot  # what the policy decided on
     stickiness_key: str
-    client_ip: str | None
+    client: Client
     deadline: float  # by which the whole request ends (limits.request_timeout_s)
     queue_ms: float  # how long the policy lets the first dedicated target keep it in line
     request_id: str  # x-tidegate-request-id

@@ -59,6 +59,8 @@ class KeepWarmStore(Protocol):
 
     async def resign(self, token: str, role: str = "canary") -> None: ...
 
+    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool: ...
+
     def count(self, route: str, counts: Mapping[str, float]) -> None: ...
 
     async def counts_series(
@@ -74,8 +76,6 @@ class _Route:
     warm: KeepWarmConfig
     interval_s: float = 0.0  # the configured one, or less once learned
     last_sent: float = -1e18
-    day: int = -1
-    spent_usd: float = 0.0
     hot_hours: frozenset[int] | None = None  # schedule: UTC hours to keep warm; None: no history
     schedule_at: float = -1e18  # when the schedule was last read
     probes_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_PROBES_KEPT))
@@ -199,14 +199,16 @@ class KeepWarm:
                 await self._read_schedule(route, now)
             if now - route.last_sent < route.interval_s or not WHEN[route.warm.when](route, snapshot):
                 continue
-            day = int(wall // _DAY_S)
-            if route.day != day:
-                route.day, route.spent_usd = day, 0.0
-            if route.spent_usd + route.probe_usd > route.warm.max_usd_per_day:
-                continue  # the day's budget is spent
+            ledger = f"keep_warm:{route.key}:{int(wall // _DAY_S)}"  # one per route and UTC day
+            try:
+                cap = route.warm.max_usd_per_day
+                within = await self._store.try_spend(ledger, route.probe_usd, cap, _DAY_S)
+            except StoreUnavailable:
+                within = False  # no probe whose spend cannot be counted
+            if not within:
+                continue  # the day's budget is spent, counted across replicas and leader changes
             gap = now - route.last_sent
             route.last_sent = now
-            route.spent_usd += route.probe_usd
             self.probes_started += 1
             task = asyncio.get_running_loop().create_task(self._send(route, gap))
             self._sends.add(task)

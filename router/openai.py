@@ -48,6 +48,7 @@ class RequestPeek:
     wants_usage: bool
     sequences: int = 1  # what the engine generates at once: max(n, best_of)
     prompt_tokens: int = 1  # a fast estimate (body bytes / 4) for predicted-TTFT admission
+    caps_output: bool = False  # the client set max_tokens / max_completion_tokens / max_output_tokens
 
 
 BYTES_PER_TOKEN = 4  # an English-text rule of thumb; the prefill model learns in these units
@@ -94,6 +95,7 @@ def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> Reque
             _bounded(payload, "best_of", max_n, "limits.max_n") or 1,
         ),
         prompt_tokens=max(1, len(body) // BYTES_PER_TOKEN),
+        caps_output=any(payload.get(name) is not None for name in _TOKEN_LIMITS),
     )
 
 

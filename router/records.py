@@ -87,6 +87,7 @@ class RequestRecord:
     cost_usd: float = 0.0  # serverless: its tokens at the endpoint's prices (dedicated: priced by time)
     at: float | None = None  # wall-clock time it was recorded (Unix s): the access log replays as a trace
     hedge: Hedge | None = None  # its slow first attempt was hedged
+    caller: str | None = None  # who sent it: its key's name (router/auth.py), never the key
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ dropped again when the gateway asked for it and the client did not.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ _USAGE_OBJECT = b'"usage":{'
 _USAGE_OBJECT_SPACED = b'"usage": {'
 _FINISH = b'"finish_reason":"'  # a string: null in every chunk but the last
 _FINISH_SPACED = b'"finish_reason": "'
+_SEQUENCE = re.compile(rb'"sequence_number": ?(\d+)')
 
 
 @dataclass(slots=True)
@@ -49,8 +51,10 @@ class StreamResult:
     completed: bool = False  # the upstream sent [DONE] or closed cleanly after output
     error: GatewayError | None = None
     usage: Usage | None = None
-    cut: str | None = None  # the HTTP layer cut the answer: client_write_timeout
+    cut: str | None = None  # the HTTP layer cut the answer: client_write_timeout, server_stopping
     shape: AnswerShape = field(default_factory=AnswerShape)  # for router/success.py
+    sequence_number: int = -1  # Responses streams: the last event's sequence_number
+    response_id: str | None = None  # Responses streams: the id its response.created gave
 
 
 class SseRelay:
@@ -68,8 +72,11 @@ class SseRelay:
         max_event_bytes: int = 8 << 20,
         rename: Callable[[bytes], bytes] | None = None,
         collect_bytes: int = 0,
+        responses: bool = False,
     ) -> None:
+        """`responses`: a Responses API stream, whose errors take that API's event shape."""
         self.result = result
+        self._responses = responses
         self._collect = collect_bytes
         self._rename = rename
         self._drop_usage = drop_usage
@@ -93,6 +100,8 @@ class SseRelay:
         complete = bytes(self._buffer[: end + 2])
         del self._buffer[: end + 2]
         self._check_size()
+        if self._responses:
+            self._track_sequence(complete)
         if self._worth_parsing(complete):
             return self._inspect(complete)
         events = complete.count(_EVENT_END)
@@ -119,6 +128,36 @@ class SseRelay:
         rest = bytes(self._buffer)
         self._buffer.clear()
         return self._renamed(self._inspect(rest + _EVENT_END) if rest.strip() else b"")
+
+    def _track_sequence(self, events: bytes) -> None:
+        found = _SEQUENCE.findall(events)
+        if found:
+            self.result.sequence_number = max(self.result.sequence_number, int(found[-1]))
+
+    def error_event(self, exc: GatewayError) -> bytes:
+        """The event that ends this stream on `exc`, in its API's shape: chat and completions
+        streams get `event: error` with an OpenAI error object; Responses streams an `error`
+        event and a `response.failed`, numbered after the last event relayed."""
+        message = f"stream interrupted: {exc.message}"
+        if not self._responses:
+            return b"event: error\ndata: " + error_body(message, exc.error_type, None, exc.code) + _EVENT_END
+        seq = self.result.sequence_number + 1
+        code = exc.code or exc.error_type
+        error = {"type": "error", "code": code, "message": message, "param": None, "sequence_number": seq}
+        failed = {
+            "type": "response.failed",
+            "sequence_number": seq + 1,
+            "response": {
+                "id": self.result.response_id or "resp_unknown",
+                "object": "response",
+                "status": "failed",
+                "error": {"code": code, "message": message},
+                "incomplete_details": None,
+                "output": [],
+            },
+        }
+        self.result.sequence_number = seq + 1
+        return _sse("error", error) + _sse("response.failed", failed)
 
     def _renamed(self, out: bytes) -> bytes:
         return self._rename(out) if self._rename is not None and out else out
@@ -161,6 +200,10 @@ class SseRelay:
             self.result.completed = True
             return True
         parsed = _loads(data)
+        if self._responses and isinstance(parsed, dict) and parsed.get("type") == "response.created":
+            response = parsed.get("response")
+            if isinstance(response, dict) and isinstance(response.get("id"), str):
+                self.result.response_id = response["id"][:200]
         usage = _usage_of(parsed)
         if usage is not None:
             self.result.usage = usage
@@ -214,11 +257,11 @@ async def relay_stream(
         result.completed = True
     except GatewayError as exc:
         result.error = _as_cut(exc)
-        yield error_event(result.error)
+        yield relay.error_event(result.error)
     except Exception as exc:  # a bug of ours or an untranslated transport error: recorded, ended cleanly
         log.exception("stream relay failed")
         result.error = GatewayError("the gateway hit an internal error", detail=repr(exc))
-        yield error_event(result.error)
+        yield relay.error_event(result.error)
 
 
 def _as_cut(exc: GatewayError) -> GatewayError:
@@ -228,9 +271,8 @@ def _as_cut(exc: GatewayError) -> GatewayError:
     return exc
 
 
-def error_event(exc: GatewayError) -> bytes:
-    body = error_body(f"stream interrupted: {exc.message}", exc.error_type, None, exc.code)
-    return b"event: error\ndata: " + body + _EVENT_END
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + _EVENT_END
 
 
 def parsed_body(body: bytes) -> Any:

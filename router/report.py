@@ -20,7 +20,7 @@ from router.config import DedicatedEndpoint, GatewayConfig
 from router.costs import Span, model_costs, provisioned
 from router.state.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
 
-_WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_WINDOW = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 UNROUTED = "-"  # the counters of requests that never reached an endpoint
 VERDICT_SAMPLES = 75  # the field notes' minimum before a CV verdict means anything
@@ -28,7 +28,7 @@ VERDICT_SAMPLES = 75  # the field notes' minimum before a CV verdict means anyth
 
 def parse_window(text: str) -> float:
     """`300`, `30s`, `5m`, `1h`, `1d` -> seconds; ValueError otherwise."""
-    found = _WINDOW.match(text)
+    found = _WINDOW.fullmatch(text)
     if not found:
         raise ValueError(f"window {text!r} is not a duration like 30s, 5m or 1h")
     return float(found.group(1)) * _UNIT_S[found.group(2)]

@@ -6,6 +6,13 @@ succeeded (router/success.py) and no `POST /v1/feedback` marked it failed. A tas
 the route of its last request: each settled request moves the task's `tasks`/`tasks_ok`
 counters there, as deltas in the route's shared counters, so every replica's report agrees.
 
+A task belongs to the caller (API key) that made it: a request that is its own task is named
+by its request id (random, unguessable), a task the client named lives in its caller's
+namespace (`key-.../t:checkout-42`), so two keys' `checkout-42` are two tasks. Feedback is
+applied only from the owner (or the admin key). Failure feedback that arrives before its
+task was settled is kept for `tasks.early_feedback_s`, at most `tasks.max_early_feedback`
+per caller (past that: 429), and never displaces a real task.
+
 The state store keeps each task's (route, ok, failed) for `tasks.ttl_s` and applies each
 change atomically (`settle_task`, `task_feedback`); this module turns the state it returns
 into counter deltas. Settling runs in the background, after the answer was sent: a queue of
@@ -18,10 +25,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from router.state.latency import Counts
@@ -35,21 +44,75 @@ _BATCH = 256
 
 @dataclass(frozen=True, slots=True)
 class TaskState:
-    """A task as the store held it before a change: `route` empty when nothing settled it yet."""
+    """A task as the store held it before a change: `route` empty when nothing settled it yet
+    (`failed` then says whether its owner's early failure feedback was waiting for it)."""
 
     route: str = ""
     ok: bool = False
     failed: bool = False
+    owner: str = ""
+
+
+class FeedbackResult(StrEnum):
+    APPLIED = "applied"  # the task was settled: its counters moved (or had nothing to move)
+    KEPT = "kept"  # not settled yet: kept, and applied when it is
+    IGNORED = "ignored"  # success feedback on a task not settled yet: nothing to keep
+    NOT_OWNER = "not_owner"  # the task belongs to another key
+    TOO_EARLY = "too_many_early"  # the caller's bound of kept early feedback is full
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyBound:
+    """How much failure feedback on tasks not settled yet a store keeps, per caller."""
+
+    max_per_caller: int = 100
+    keep_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    task: str  # the task's name in the store
+    before: TaskState
+    result: FeedbackResult
+
+
+_TASK_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def valid_task_id(text: str) -> bool:
+    """A client's task id: 1 to 128 of [A-Za-z0-9._:-], nothing else (no trailing newline)."""
+    return _TASK_ID.fullmatch(text) is not None
+
+
+def task_name(owner: str, task: str, request: str) -> str:
+    """The store's name of a task: a request that is its own task by its request id; a task
+    the client named within its owner's namespace."""
+    return request if task == request else f"{owner}/{task}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    task: str  # the store's name (task_name)
+    request: str
+    route: str
+    ok: bool
+    owner: str
 
 
 class TaskStore(Protocol):
-    async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
-        """Record that `request` (of `task`) ended on `route`, ok or not; the task's state
-        before. The task is ok now when `ok` and no feedback marked it failed."""
+    async def settle_task(self, settled: Settlement, ttl_s: float) -> TaskState:
+        """Record that `settled.request` (of the task named `settled.task`, made by `owner`)
+        ended on `route`,
+        ok or not; the task's state before, `failed` including early failure feedback of its
+        owner on the task or on this request. The task is ok now when `ok` and
+        no feedback marked it failed."""
 
-    async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
-        """Feedback on a request id or a task id: (the task id, its state before). A failure
-        marks the task failed (also one nothing has settled yet: a later settle sees it)."""
+    async def task_feedback(
+        self, key: str, ok: bool, caller: str | None, ttl_s: float, early: EarlyBound
+    ) -> Feedback:
+        """Feedback from `caller` (None: the admin, who owns every task) on a request id or a
+        task name. Applied only when `caller` owns the task; on a task not settled yet, the
+        owner's failure is kept within `early` (success needs no keeping, the admin's none)."""
 
     def count(self, route: str, counts: Mapping[str, float]) -> None: ...
 
@@ -78,25 +141,22 @@ def feedback_deltas(before: TaskState, ok: bool) -> dict[str, Counts]:
     return {before.route: counts}
 
 
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    task: str
-    request: str
-    route: str
-    ok: bool
-
-
 class TaskLedger:
     """Settles finished requests into their tasks in the background; takes feedback."""
 
     def __init__(
-        self, store: TaskStore, ttl_s: float, on_settled: Callable[[str, str], None] | None = None
+        self,
+        store: TaskStore,
+        ttl_s: float,
+        on_settled: Callable[[str, str], None] | None = None,
+        early: EarlyBound = EarlyBound(),
     ) -> None:
         """`on_settled(route, result)` hears of each new task settled (success or failure) and
         each task feedback failed (feedback_failed): the Prometheus tasks counter."""
         self._store = store
         self._on_settled = on_settled
         self._ttl_s = ttl_s
+        self._early = early
         self._pending: deque[Settlement] = deque()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()  # nothing queued or being settled
@@ -105,21 +165,24 @@ class TaskLedger:
         self.untracked = 0  # requests counted as tasks of their own (queue full, store away)
         self._warned_at = -_WARN_EVERY_S
 
-    def settle_later(self, task: str, request: str, route: str, ok: bool) -> None:
+    def settle_later(self, task: str, request: str, route: str, ok: bool, owner: str) -> None:
+        """`task`: the client's task id (`t:...`), or the request id for a task of its own."""
         if len(self._pending) >= _MAX_PENDING:
             self._count_alone(route, ok)
             return
-        self._pending.append(Settlement(task, request, route, ok))
+        self._pending.append(Settlement(task_name(owner, task, request), request, route, ok, owner))
         self._idle.clear()
         self._wake.set()
 
-    async def feedback(self, key: str, ok: bool) -> tuple[str, bool]:
-        """Apply feedback; (the task id, whether it was already settled)."""
-        task, before = await self._store.task_feedback(key, ok, self._ttl_s)
-        self._apply(feedback_deltas(before, ok))
-        if not ok and before.route and not before.failed:
-            self._tell(before.route, "feedback_failed")
-        return task, bool(before.route)
+    async def feedback(self, key: str, ok: bool, caller: str | None) -> Feedback:
+        """Apply `caller`'s feedback (None: the admin's) on a request id or a task name."""
+        found = await self._store.task_feedback(key, ok, caller, self._ttl_s, self._early)
+        if found.result is FeedbackResult.APPLIED:
+            before = found.before
+            self._apply(feedback_deltas(before, ok))
+            if not ok and not before.failed:
+                self._tell(before.route, "feedback_failed")
+        return found
 
     def start(self) -> None:
         if self._runner is None:
@@ -159,7 +222,7 @@ class TaskLedger:
     async def _settle(self, batch: list[Settlement]) -> None:
         """One batch at once: a Redis store sends them in one pipeline."""
         states = await asyncio.gather(
-            *(self._store.settle_task(s.task, s.request, s.route, s.ok, self._ttl_s) for s in batch),
+            *(self._store.settle_task(s, self._ttl_s) for s in batch),
             return_exceptions=True,
         )
         for item, state in zip(batch, states, strict=True):

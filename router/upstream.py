@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 import aiohttp
 import httpx
+import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from router.config import Endpoint
@@ -33,7 +35,9 @@ log = logging.getLogger("tidegate.upstream")
 
 TransportFactory = Callable[[Endpoint], httpx.AsyncBaseTransport]
 
-# Never forwarded upstream: hop-by-hop (RFC 9110 §7.6.1), recomputed, or the client's secrets.
+# Never forwarded upstream: hop-by-hop (RFC 9110 §7.6.1), recomputed, or the client's secrets
+# (the known credential headers of OpenAI, Azure, Anthropic, Google, AWS, and any header whose
+# name says it carries a key, token, secret, password or credential: `_CREDENTIAL`).
 _DROP_REQUEST_HEADERS = frozenset(
     {
         b"connection",
@@ -52,6 +56,13 @@ _DROP_REQUEST_HEADERS = frozenset(
         b"cookie",
         b"api-key",
         b"x-api-key",
+        b"x-goog-api-key",
+        b"ocp-apim-subscription-key",
+        b"anthropic-api-key",
+        b"x-amz-security-token",
+        b"x-functions-key",
+        b"private-token",
+        b"set-cookie",
         # the client's word about where it came from is not ours to pass on (we add our own)
         b"forwarded",
         b"x-real-ip",
@@ -59,6 +70,9 @@ _DROP_REQUEST_HEADERS = frozenset(
         b"openai-organization",
         b"openai-project",
     }
+)
+_CREDENTIAL = re.compile(
+    rb"api[-_]?key|secret|passw|credential|subscription-key|(^|-)token$|authori[sz]ation"
 )
 _KEEP_RESPONSE_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
 _MAX_ERROR_BODY = 64 * 1024
@@ -240,7 +254,10 @@ def translate(exc: BaseException, endpoint: Endpoint) -> UpstreamFailure:
     text = f"{endpoint.name}: {type(cause).__name__}: {cause}"
     if isinstance(cause, TimeoutError | httpx.TimeoutException):
         return UpstreamTimeout(f"{endpoint.name}: the upstream timed out", detail=text)
-    if isinstance(cause, aiohttp.ClientResponseError | aiohttp.ClientPayloadError | httpx.DecodingError):
+    if isinstance(cause, aiohttp.ClientPayloadError):  # "Response payload is not completed"
+        message = f"{endpoint.name}: the upstream closed before its answer ended"
+        return UpstreamUnreachable(message, detail=text)
+    if isinstance(cause, aiohttp.ClientResponseError | httpx.DecodingError):
         return UpstreamBadResponse(f"{endpoint.name}: the upstream sent a malformed answer", detail=text)
     return UpstreamUnreachable(f"{endpoint.name}: the upstream is unreachable", detail=text)
 
@@ -261,6 +278,7 @@ def upstream_headers(
         (k, v)
         for k, v in client_headers
         if k not in _DROP_REQUEST_HEADERS
+        and not _CREDENTIAL.search(k)
         and k not in not_forwarded
         and not k.startswith((b"x-tidegate-", b"x-forwarded-"))
     ]
@@ -290,17 +308,30 @@ async def _status_failure(response: httpx.Response, endpoint: Endpoint) -> Upstr
         await response.aclose()
     status = response.status_code
     if status < 400 or status in _MISCONFIGURED:
-        log.error(
-            "upstream %s answered %d: check its base_url, model and api_key (body: %r)",
+        log.error(  # never the body: an upstream may echo the key it refused
+            "upstream %s answered %d%s: check its base_url, model and api_key",
             endpoint.name,
             status,
-            payload[:256],
+            _error_kind(payload),
         )
         return UpstreamMisconfigured(
             f"route {endpoint.name} is misconfigured at the gateway; its operator has been told",
             detail=f"{endpoint.name}: upstream answered {status}",
         )
     return UpstreamStatus(status, payload[:_MAX_ERROR_BODY], _retry_after(response.headers))
+
+
+def _error_kind(payload: bytes) -> str:
+    """The `type` and `code` of an OpenAI-shaped error body (short, never its message)."""
+    try:
+        found = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return ""
+    error = found.get("error") if isinstance(found, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    parts = [f"{k}={str(error[k])[:40]!r}" for k in ("type", "code") if isinstance(error.get(k), str)]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -204,6 +204,17 @@ def keda_for_dedicated_pools() -> str | None:
     return None if target == "vllm-a" and scaled["spec"]["maxReplicaCount"] == 4 else f"spec {scaled['spec']}"
 
 
+def trusted_proxies() -> str | None:
+    def believed(values: dict[str, Any] | None) -> Any:
+        text = find(documents(render(CHART, values)), "ConfigMap")["data"]["tidegate.yaml"]
+        return yaml.safe_load(text)["server"]["forwarded_allow_ips"]
+
+    default, set_ = believed(None), believed({"trustedProxies": ["10.42.0.0/16"]})
+    if default != []:
+        return f"X-Forwarded-For believed by default from {default}"
+    return None if set_ == ["10.42.0.0/16"] else f"trustedProxies rendered as {set_}"
+
+
 def render_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
     def default_config() -> str | None:
         configmap = find(documents(render(CHART)), "ConfigMap")
@@ -222,6 +233,9 @@ def render_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
     checks.run(
         "render: dedicatedAutoscaling renders a KEDA ScaledObject per pool (off by default)",
         keda_for_dedicated_pools,
+    )
+    checks.run(
+        "render: X-Forwarded-For is believed only from trustedProxies (none by default)", trusted_proxies
     )
 
 

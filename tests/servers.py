@@ -44,10 +44,11 @@ class ThreadServer:
         self.sock = bind("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        config = getattr(getattr(app, "state", None), "config", None)
         if limits is None:
-            config = getattr(getattr(app, "state", None), "config", None)
             limits = config.limits if config is not None else LimitsConfig()
-        served = Served(app, self.sock, limits=limits)
+        proxies = config.server.forwarded_allow_ips if config is not None else ()
+        served = Served(app, self.sock, limits=limits, forwarded_allow_ips=proxies)
         self.server = uvicorn.Server(server_config(served, loop="asyncio"))
         self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -269,6 +270,7 @@ class RawUpstream:
     def __init__(self, response: bytes, *, send_timeout_s: float = 2.0) -> None:
         self.response = response
         self.send_timeout_s = send_timeout_s
+        self.received: list[bytes] = []  # the first read of each request, as it came
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -289,7 +291,7 @@ class RawUpstream:
         with conn:
             conn.settimeout(self.send_timeout_s)
             with contextlib.suppress(OSError):
-                conn.recv(65536)
+                self.received.append(conn.recv(65536))
                 conn.sendall(self.response)
 
     def __enter__(self) -> RawUpstream:

@@ -30,7 +30,15 @@ from router.cli import replay as replay_cli
 from router.cli import sim as sim_cli
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.canary import render_plan, render_status
-from router.cli.serving import Served, bind, configure_logging, run, run_workers, startup_failed
+from router.cli.serving import (
+    Served,
+    bind,
+    configure_logging,
+    run,
+    run_workers,
+    serving_of,
+    startup_failed,
+)
 from router.cli.stats import render
 from router.config import ConfigError, GatewayConfig, load_config, parse_config
 
@@ -319,6 +327,8 @@ def _check_config(args: argparse.Namespace) -> int:
     for name, model in config.models.items():
         routes = ", ".join(f"{e.name} ({e.kind})" for e in model.endpoints)
         print(f"model {name}: policy {model.policy}, canary {model.canary_percent:g}%, {routes}")
+    worst = config.limits.worst_case_bytes() / (1 << 20)
+    print(f"limits: clients can make one process hold at most {worst:,.0f} MiB (README: Security and limits)")
     print(f"{args.file}: OK")
     return 0
 
@@ -344,15 +354,16 @@ def _serve(args: argparse.Namespace) -> int:
         f"store: {app.state.store.name}, workers: {args.workers})",
         flush=True,
     )
+    served = serving_of(app, sock, config)
     if args.workers == 1:
         with contextlib.suppress(SystemExit):  # uvicorn exits 3 when the lifespan refused to start
-            run(Served(app, sock, config.limits.drain_s, config.limits))
+            run(served)
         failed = startup_failed(app)
         if failed:
             print(f"tidegate: cannot start: {failed}", file=sys.stderr)
             return 2
         return 0
-    return run_workers(lambda: create_app(config), sock, args.workers, config.limits.drain_s, config.limits)
+    return run_workers(lambda: create_app(config), served, args.workers)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -386,7 +397,7 @@ def _demo(args: argparse.Namespace) -> int:
         ),
         flush=True,
     )
-    run(Served(create_app(config), sock, config.limits.drain_s, config.limits), companions)
+    run(serving_of(create_app(config), sock, config), companions)
     return 0
 
 

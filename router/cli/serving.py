@@ -10,17 +10,19 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import uvicorn
 import uvloop
 from starlette.types import ASGIApp
 
 from router import heap
-from router.config import LimitsConfig
-from router.limits import guarded_protocol
+from router.config import GatewayConfig, LimitsConfig
+from router.connection import guarded_protocol
+from router.openai import PATHS
 
 LOG_FORMAT = "%(message)s"
+LARGE_BODY_PATHS = frozenset("/v1" + path for path in PATHS)  # limits.max_body_bytes; others: control
 
 
 def configure_logging(level: str = "info") -> None:
@@ -56,12 +58,19 @@ class _Companion(uvicorn.Server):
 class Served:
     """An app on a listening socket. On SIGTERM it stops accepting, lets in-flight requests
     (streams included) finish for up to `drain_s`, then cancels the rest; its lifespan then
-    releases what it holds. `limits` bound its connections (see router/limits.py)."""
+    releases what it holds. `limits` bound its connections and bodies (router/connection.py);
+    X-Forwarded-* headers are believed only from `forwarded_allow_ips` (none by default)."""
 
     app: ASGIApp
     sock: socket.socket
     drain_s: int = 30
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    forwarded_allow_ips: tuple[str, ...] = ()
+
+
+def serving_of(app: ASGIApp, sock: socket.socket, config: GatewayConfig) -> Served:
+    """The gateway `app` on `sock` as its config says: drain, limits, trusted proxies."""
+    return Served(app, sock, config.limits.drain_s, config.limits, config.server.forwarded_allow_ips)
 
 
 def server_config(served: Served, log_level: str = "warning", loop: str = "uvloop") -> uvicorn.Config:
@@ -71,7 +80,9 @@ def server_config(served: Served, log_level: str = "warning", loop: str = "uvloo
     return uvicorn.Config(
         served.app,
         loop=loop,
-        http=guarded_protocol(served.limits),
+        http=guarded_protocol(served.limits, LARGE_BODY_PATHS),
+        proxy_headers=bool(served.forwarded_allow_ips),
+        forwarded_allow_ips=list(served.forwarded_allow_ips) or None,
         lifespan="on",
         access_log=False,
         log_level=log_level,
@@ -104,13 +115,7 @@ def run(main: Served, companions: Sequence[Served] = (), log_level: str = "warni
     uvloop.run(serve_all(main, companions, log_level))
 
 
-def run_workers(
-    make_app: Callable[[], ASGIApp],
-    sock: socket.socket,
-    workers: int,
-    drain_s: int,
-    limits: LimitsConfig,
-) -> int:
+def run_workers(make_app: Callable[[], ASGIApp], template: Served, workers: int) -> int:
     """Pre-fork `workers` processes that accept on the same listening socket; each builds its
     own app (its own event loop, upstream pools and store connections). SIGTERM/SIGINT are
     passed on to every worker; when one worker ends on its own, the others are stopped too
@@ -124,7 +129,7 @@ def run_workers(
             code = 0
             try:
                 app = make_app()
-                run(Served(app, sock, drain_s, limits))
+                run(replace(template, app=app))
                 code = 2 if startup_failed(app) else 0
             except BaseException:
                 logging.getLogger("tidegate").exception("worker %d failed", os.getpid())

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from policies.types import Snapshot
 from router.state.latency import Counts, Histogram, Metric
-from router.tasks import TaskState
+from router.tasks import EarlyBound, Feedback, Settlement, TaskState
 
 
 class StoreUnreachableAtStart(RuntimeError):
@@ -129,10 +129,17 @@ class StateStore(Protocol):
 
     def snapshot(self) -> Snapshot: ...
 
-    async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
+    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:
+        """Add `usd` to the shared `ledger` (kept `ttl_s` after its first spend) if it stays
+        within `cap_usd`: True, spent; False, nothing added. Atomic across every process;
+        StoreUnavailable when the shared store cannot be reached (spend nothing then)."""
+
+    async def settle_task(self, settled: Settlement, ttl_s: float) -> TaskState:
         """See router/tasks.py (TaskStore): atomic per task across every process."""
 
-    async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
+    async def task_feedback(
+        self, key: str, ok: bool, caller: str | None, ttl_s: float, early: EarlyBound
+    ) -> Feedback:
         """See router/tasks.py (TaskStore). StoreUnavailable when the shared store cannot be
         reached."""
 

@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections import OrderedDict, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from policies.types import Snapshot
@@ -22,7 +23,7 @@ from router.state.latency import (
     figures_by_route,
     resolution_for,
 )
-from router.tasks import TaskState
+from router.tasks import EarlyBound, Feedback, FeedbackResult, Settlement, TaskState
 
 V = TypeVar("V")
 _REFRESH_S = 1.0
@@ -50,6 +51,11 @@ class MemoryStore:
         self._tasks: OrderedDict[str, tuple[TaskState, float]] = OrderedDict()
         self._requests: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._max_tasks = max_tasks
+        # failure feedback on a task (or request) not settled yet: name -> (caller, until),
+        # oldest first, apart from the tasks so that it can never push one out
+        self._early: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._early_by: Counter[str] = Counter()
+        self._spent: dict[str, tuple[float, float]] = {}  # spend ledger -> (usd, expiry)
         self._probes: dict[str, bytes] = {}  # model -> the applied probe ranking (JSON)
         self._leaders: dict[str, tuple[str, float]] = {}  # role -> (token, until)
         self._runs: dict[str, tuple[int, bytes | None]] = {}  # model -> (version, run JSON)
@@ -194,21 +200,72 @@ class MemoryStore:
             events.appendleft(event)
         return current + 1
 
-    async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
+    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:
         now = time.monotonic()
+        spent, until = self._spent.get(ledger, (0.0, now + ttl_s))
+        if until < now:
+            spent, until = 0.0, now + ttl_s
+        if spent + usd > cap_usd:
+            return False
+        self._spent[ledger] = (spent + usd, until)
+        return True
+
+    async def settle_task(self, settled: Settlement, ttl_s: float) -> TaskState:
+        task, request, route, ok, owner = (
+            settled.task,
+            settled.request,
+            settled.route,
+            settled.ok,
+            settled.owner,
+        )
+        now = time.monotonic()
+        marked = [self._take_early(name, owner, now) for name in {task, request}]
         before = self._live(self._tasks, task, now) or TaskState()
-        self._keep(self._tasks, task, TaskState(route, ok and not before.failed, before.failed), now + ttl_s)
+        before = replace(before, failed=before.failed or any(marked))
+        state = TaskState(route, ok and not before.failed, before.failed, owner)
+        self._keep(self._tasks, task, state, now + ttl_s)
         if task != request:
             self._keep(self._requests, request, task, now + ttl_s)
         return before
 
-    async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
+    async def task_feedback(
+        self, key: str, ok: bool, caller: str | None, ttl_s: float, early: EarlyBound
+    ) -> Feedback:
         now = time.monotonic()
         task = self._live(self._requests, key, now) or key
-        before = self._live(self._tasks, task, now) or TaskState()
+        before = self._live(self._tasks, task, now)
+        if before is None:
+            if ok or caller is None:
+                return Feedback(task, TaskState(), FeedbackResult.IGNORED)
+            return Feedback(task, TaskState(), self._keep_early(task, caller, now, early))
+        if caller is not None and caller != before.owner:
+            return Feedback(task, before, FeedbackResult.NOT_OWNER)
         if not ok:
-            self._keep(self._tasks, task, TaskState(before.route, False, True), now + ttl_s)
-        return task, before
+            self._keep(self._tasks, task, replace(before, ok=False, failed=True), now + ttl_s)
+        return Feedback(task, before, FeedbackResult.APPLIED)
+
+    def _keep_early(self, name: str, caller: str, now: float, early: EarlyBound) -> FeedbackResult:
+        while self._early and next(iter(self._early.values()))[1] < now:
+            self._early_by[self._early.popitem(last=False)[1][0]] -= 1
+        held = self._early.get(name)
+        if held is not None and held[0] == caller:
+            return FeedbackResult.KEPT
+        if self._early_by[caller] >= early.max_per_caller:
+            return FeedbackResult.TOO_EARLY
+        if held is not None:
+            self._early_by[held[0]] -= 1
+        self._early[name] = (caller, now + early.keep_s)
+        self._early.move_to_end(name)
+        self._early_by[caller] += 1
+        return FeedbackResult.KEPT
+
+    def _take_early(self, name: str, owner: str, now: float) -> bool:
+        """Whether `owner`'s early failure feedback on `name` was waiting (it is used up)."""
+        held = self._early.pop(name, None)
+        if held is None:
+            return False
+        self._early_by[held[0]] -= 1
+        return held[0] == owner and held[1] >= now
 
     def _live(self, entries: OrderedDict[str, tuple[V, float]], key: str, now: float) -> V | None:
         entry = entries.get(key)

@@ -60,8 +60,8 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import RedisError
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
+from redis.exceptions import RedisError, ResponseError
 
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
@@ -90,16 +90,19 @@ from router.state.redis_scripts import (
     CANARY_WRITE,
     CIRCUITS,
     COUNT,
+    EARLY_MARK,
     FORGET_PENDING,
     LEAD,
+    LINK_REQUEST,
     MERGE,
     REMOVE,
     RENEW,
     SETTLE_TASK,
+    SPEND,
     TASK_FEEDBACK,
     TRIP,
 )
-from router.tasks import TaskState
+from router.tasks import EarlyBound, Feedback, FeedbackResult, Settlement, TaskState
 
 log = logging.getLogger("tidegate.state")
 
@@ -108,6 +111,7 @@ _POLL_MAX_S = 0.25
 _LOCAL = "local:"  # token prefix of a slot granted while Redis was unreachable
 _WAITER_STALE_MS = 1000  # > _POLL_MAX_S x the largest jitter, with room for a slow round trip
 _FORGET_EVERY_S = 0.5
+_MAX_CONNECTIONS = 32  # per process (per node on a cluster); the request path uses one line
 _FINE_TTL_S = 2 * 3600  # 10 s slices serve windows up to an hour; the rollups keep the rest
 
 
@@ -126,13 +130,15 @@ def redacted(url: str) -> str:
 
 
 def connect(url: str, *, cluster: bool) -> Redis | RedisCluster:
-    """A client for a single Redis or, with `cluster` (or a `redis+cluster://` URL), a cluster."""
+    """A client for a single Redis or, with `cluster` (or a `redis+cluster://` URL), a cluster,
+    with at most `_MAX_CONNECTIONS` connections (per node): more callers wait for one."""
     options: dict[str, Any] = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0}
     if "+cluster://" in url:
         url, cluster = url.replace("+cluster://", "://", 1), True
     if cluster:
-        return RedisCluster.from_url(url, **options)
-    return Redis.from_url(url, **options)
+        return RedisCluster.from_url(url, max_connections=_MAX_CONNECTIONS, **options)
+    pool = BlockingConnectionPool.from_url(url, max_connections=_MAX_CONNECTIONS, timeout=2.0, **options)
+    return Redis(connection_pool=pool)
 
 
 class RedisStore:
@@ -171,7 +177,10 @@ class RedisStore:
         self._forget_sha = self._redis.register_script(FORGET_PENDING).sha
         self._remove_sha = self._redis.register_script(REMOVE).sha
         self._settle_sha = self._redis.register_script(SETTLE_TASK).sha
+        self._link_sha = self._redis.register_script(LINK_REQUEST).sha
         self._feedback_sha = self._redis.register_script(TASK_FEEDBACK).sha
+        self._early_sha = self._redis.register_script(EARLY_MARK).sha
+        self._spend_sha = self._redis.register_script(SPEND).sha
         self._merge_sha = self._redis.register_script(MERGE).sha
         self._batch = Batcher(self._redis)
         self._trip = self._redis.register_script(TRIP)
@@ -180,6 +189,7 @@ class RedisStore:
         self.degraded = False
         self.fallback_admissions = 0  # slots granted locally because Redis was unreachable
         self._held: dict[str, set[str]] = {}
+        self._broken: set[str] = set()  # pools whose keys Redis refuses (wrong type): local slots
         self._released: dict[str, asyncio.Event] = {}
         self._book = LatencyBook()
         self._counts = CountBook()
@@ -217,12 +227,15 @@ class RedisStore:
         return f"{self._prefix}:lat{_rollup(step_s)}:{route}:{metric.value}:{start}"
 
     async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None:
-        if self.degraded:
+        if self.degraded or pool in self._broken:
             return await self._acquire_locally(pool, slots, wait_s)
         token = uuid.uuid4().hex
         keys = self._acquire_keys(pool, token)
         try:
             pending = await self._wait_in_line(pool, keys, slots, token, wait_s)
+        except ResponseError as exc:  # Redis is up, but this pool's keys are unusable (WRONGTYPE)
+            self._break(pool, exc)
+            return await self._acquire_locally(pool, slots, wait_s)
         except RedisError as exc:
             self._forget_later(keys, token, slots.weight)
             self._degrade(exc)
@@ -265,6 +278,19 @@ class RedisStore:
             return None
         self.fallback_admissions += 1
         return Lease(pool, _LOCAL + lease.token, lease.weight)
+
+    def _break(self, pool: str, exc: RedisError) -> None:
+        """One pool falls back to local slots; the others stay shared. The refresh mends it
+        when the pool's keys answer again."""
+        if pool not in self._broken:
+            log.error(
+                "state store: the keys of pool %s are unusable (%s); this pool decides locally "
+                "(fallback_share) until they are fixed, e.g. DEL %s",
+                pool,
+                exc,
+                " ".join(self._line_keys(pool)),
+            )
+        self._broken.add(pool)
 
     def _degrade(self, exc: RedisError) -> None:
         if not self.degraded:
@@ -316,8 +342,9 @@ class RedisStore:
                 await asyncio.gather(slots, self._forget(lease))  # one pipeline
             else:
                 await self._batch.call("ZREM", key, *held, lazy=True)
-        except RedisError as exc:
-            log.warning("state store: release on %s failed, the lease will expire: %s", lease.pool, exc)
+        except RedisError as exc:  # retried (idempotent, with the removal's tombstone) until it lands
+            log.warning("state store: release on %s failed, retrying until it lands: %s", lease.pool, exc)
+            self._forget_later(self._acquire_keys(lease.pool, lease.token), lease.token, lease.weight)
         released = self._released.pop(lease.pool, None)
         if released is not None:
             released.set()
@@ -406,34 +433,78 @@ class RedisStore:
         except RedisError as exc:
             raise StoreUnavailable(f"the canary run could not be written ({exc})") from exc
 
+    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:
+        key = f"{self._prefix}:spend:{{{ledger}}}"
+        args = [repr(usd), repr(cap_usd), int(ttl_s * 1000)]
+        try:
+            return int(await self._batch.call_script(self._spend_sha, SPEND, [key], args)) == 1
+        except RedisError as exc:
+            raise StoreUnavailable(f"the spend of {ledger} could not be counted ({exc})") from exc
+
     def task_key(self, task: str) -> str:
+        """A task's hash, or a request's (its own task, or a pointer to its named task)."""
         return f"{self._prefix}:task:{{{task}}}"
 
-    def request_key(self, request: str) -> str:
-        return f"{self._prefix}:req:{{{request}}}"
-
-    async def settle_task(self, task: str, request: str, route: str, ok: bool, ttl_s: float) -> TaskState:
+    async def settle_task(self, settled: Settlement, ttl_s: float) -> TaskState:
         ttl_ms = int(ttl_s * 1000)
-        if task != request:
-            key = self.request_key(request)
-            await self._batch.call("SET", key, task, "PX", ttl_ms, lazy=True)
-        args = [route, "1" if ok else "0", ttl_ms]
-        before = await self._batch.call_script(
-            self._settle_sha, SETTLE_TASK, [self.task_key(task)], args, lazy=True
-        )
+        marked = False
+        if settled.task != settled.request:  # the request points at its task, for feedback
+            args = [settled.task, ttl_ms, settled.owner]
+            key = self.task_key(settled.request)
+            marked = (
+                int(await self._batch.call_script(self._link_sha, LINK_REQUEST, [key], args, lazy=True)) == 1
+            )
+        ok, failed = "1" if settled.ok else "0", "1" if marked else "0"
+        args = [settled.route, ok, ttl_ms, settled.owner, failed]
+        key = self.task_key(settled.task)
+        before = await self._batch.call_script(self._settle_sha, SETTLE_TASK, [key], args, lazy=True)
         return _task_state(before)
 
-    async def task_feedback(self, key: str, ok: bool, ttl_s: float) -> tuple[str, TaskState]:
+    async def task_feedback(
+        self, key: str, ok: bool, caller: str | None, ttl_s: float, early: EarlyBound
+    ) -> Feedback:
         try:
-            task_of = await self._redis.get(self.request_key(key))
-            task = task_of.decode() if isinstance(task_of, bytes) else (task_of or key)
-            args = ["1" if ok else "0", int(ttl_s * 1000)]
-            before = await self._batch.call_script(
-                self._feedback_sha, TASK_FEEDBACK, [self.task_key(task)], args
-            )
+            return await self._feedback(key, ok, caller, int(ttl_s * 1000), early)
         except RedisError as exc:
             raise StoreUnavailable(f"the feedback could not be stored: Redis is unreachable ({exc})") from exc
-        return task, _task_state(before)
+
+    async def _feedback(
+        self, task: str, ok: bool, caller: str | None, ttl_ms: int, early: EarlyBound
+    ) -> Feedback:
+        """Follow a request to its task, apply, or keep an early failure (bounded per caller:
+        a counter per `early.keep_s` window, so at most twice the bound across a boundary)."""
+        for _ in range(4):  # a request moves once; a task settled meanwhile is applied next turn
+            args = ["1" if ok else "0", ttl_ms, caller or ""]
+            kind, *rest = await self._batch.call_script(
+                self._feedback_sha, TASK_FEEDBACK, [self.task_key(task)], args
+            )
+            kind = _text(kind)
+            if kind == "moved":
+                task = _text(rest[-1])
+                continue
+            if kind != "unsettled":
+                result = FeedbackResult.APPLIED if kind == "applied" else FeedbackResult.NOT_OWNER
+                return Feedback(task, _task_state(rest), result)
+            if ok or caller is None:
+                return Feedback(task, TaskState(), FeedbackResult.IGNORED)
+            if not await self._early_allowed(caller, early):
+                return Feedback(task, TaskState(), FeedbackResult.TOO_EARLY)
+            keep_ms = int(early.keep_s * 1000)
+            mark, target = await self._batch.call_script(
+                self._early_sha, EARLY_MARK, [self.task_key(task)], [caller, keep_ms]
+            )
+            if _text(mark) == "kept":
+                return Feedback(task, TaskState(), FeedbackResult.KEPT)
+            task = _text(target) or task
+        raise StoreUnavailable(f"the feedback on {task} kept racing its settlement; try again")
+
+    async def _early_allowed(self, caller: str, early: EarlyBound) -> bool:
+        window = int(time.time() // early.keep_s)
+        key = f"{self._prefix}:early:{{{caller}}}:{window}"
+        kept = await self._batch.call("INCR", key)
+        if int(kept) == 1:
+            await self._batch.call("PEXPIRE", key, int(early.keep_s * 2000), lazy=True)
+        return int(kept) <= early.max_per_caller
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         self._book.observe(route, metric, value_ms, time.time())
@@ -472,6 +543,19 @@ class RedisStore:
                 in_flight=local.in_flight,
                 waiting=local.waiting,
                 pending_prompt_tokens=local.pending_prompt_tokens,
+            )
+        if self._broken:  # those pools' slots are local: so are their counts
+            local = self._local.snapshot()
+            shared = self._snapshot
+            return replace(
+                shared,
+                now=local.now,
+                in_flight={**shared.in_flight, **_only(local.in_flight, self._broken)},
+                waiting={**shared.waiting, **_only(local.waiting, self._broken)},
+                pending_prompt_tokens={
+                    **shared.pending_prompt_tokens,
+                    **_only(local.pending_prompt_tokens, self._broken),
+                },
             )
         return replace(self._snapshot, now=time.monotonic())
 
@@ -542,12 +626,18 @@ class RedisStore:
                 pipe.eval(COUNT, 3, line[0], line[1], line[4])
             for route in self._routes:
                 pipe.eval(CIRCUITS, 1, self.breaker_key(route))
-            canary, probes, *rest = await pipe.execute()
+            answers = await pipe.execute(raise_on_error=False)
+        first_error = next((a for a in answers if isinstance(a, RedisError)), None)
+        pools = self._pool_answers(answers[2 : 2 + len(self._pools)])
+        if any(isinstance(a, RedisError) for a in answers[:2] + answers[2 + len(self._pools) :]):
+            assert first_error is not None
+            raise first_error
+        canary, probes, *rest = answers
         now = time.monotonic()
-        pools, routes = rest[: len(self._pools)], rest[len(self._pools) :]
-        in_flight = {pool: int(n[0]) for pool, n in zip(self._pools, pools, strict=True)}
-        waiting = {pool: int(n[1]) for pool, n in zip(self._pools, pools, strict=True)}
-        pending = {pool: int(n[2]) for pool, n in zip(self._pools, pools, strict=True)}
+        routes = rest[len(self._pools) :]
+        in_flight = {pool: int(n[0]) for pool, n in pools.items()}
+        waiting = {pool: int(n[1]) for pool, n in pools.items()}
+        pending = {pool: int(n[2]) for pool, n in pools.items()}
         circuits: dict[str, float] = {}
         for route, (left_ms,) in zip(self._routes, routes, strict=True):
             if left_ms is not None:
@@ -561,6 +651,22 @@ class RedisStore:
             circuit_open=circuits,
             probe_order={k.decode(): probe_order(v) for k, v in probes.items()},
         )
+
+    def _pool_answers(self, answers: Sequence[Any]) -> dict[str, Any]:
+        """Each pool's counts; a pool whose keys Redis refused is broken (local slots), and
+        one that answers again is mended."""
+        found = {}
+        for pool, answer in zip(self._pools, answers, strict=True):
+            if isinstance(answer, ResponseError):
+                self._break(pool, answer)
+            elif isinstance(answer, RedisError):
+                raise answer
+            else:
+                if pool in self._broken:
+                    log.warning("state store: the keys of pool %s answer again: shared slots", pool)
+                    self._broken.discard(pool)
+                found[pool] = answer
+        return found
 
     async def refresh_latency(self) -> None:
         """Recompute every route's windowed figures from the merged slices in Redis."""
@@ -766,8 +872,14 @@ class RedisStore:
         ]
 
 
+def _only(counts: Mapping[str, int], pools: set[str]) -> dict[str, int]:
+    return {pool: counts.get(pool, 0) for pool in pools}
+
+
 def _task_state(reply: Sequence[Any]) -> TaskState:
-    route, ok, failed = reply
-    return TaskState(
-        route.decode() if isinstance(route, bytes) else str(route), bool(int(ok)), bool(int(failed))
-    )
+    route, ok, failed, owner = reply
+    return TaskState(_text(route), bool(int(ok)), bool(int(failed)), _text(owner))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -169,26 +169,72 @@ return left
 """
 )
 
-# KEYS: one task's hash. ARGV: route, ok (1/0), ttl_ms. Returns its {route, ok, failed} before
-# ('' and 0s when new); the task is now on `route`, ok when `ok` and not marked failed.
+# KEYS: one task's hash. ARGV: route, ok (1/0), ttl_ms, owner, extra_failed (1: the owner's
+# early feedback on the request was waiting). Returns the task's {route, ok, failed, owner}
+# before, `failed` counting the owner's early failure feedback (an `early` mark left by
+# EARLY_MARK); another caller's early mark is dropped.
 SETTLE_TASK = """
-local before = redis.call('HMGET', KEYS[1], 'route', 'ok', 'failed')
-local failed = tonumber(before[3] or '0')
+local h = redis.call('HMGET', KEYS[1], 'route', 'ok', 'failed', 'owner', 'early')
+local route = h[1] or ''
+local failed = 0
+if route ~= '' then failed = tonumber(h[3] or '0') end
+if (h[5] and h[4] == ARGV[4]) or ARGV[5] == '1' then failed = 1 end
 local ok = (ARGV[2] == '1' and failed == 0) and 1 or 0
-redis.call('HSET', KEYS[1], 'route', ARGV[1], 'ok', ok, 'failed', failed)
+redis.call('HSET', KEYS[1], 'route', ARGV[1], 'ok', ok, 'failed', failed, 'owner', ARGV[4])
+redis.call('HDEL', KEYS[1], 'early')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {before[1] or '', tonumber(before[2] or '0'), failed}
+if route == '' then return {'', 0, failed, ''} end
+return {route, tonumber(h[2] or '0'), failed, h[4] or ''}
 """
 
-# KEYS: one task's hash. ARGV: ok (1/0), ttl_ms. Returns its {route, ok, failed} before; a
-# failure marks it failed (creating it when nothing settled it yet).
+# KEYS: a request's hash (a request of a named task). ARGV: the task's name, ttl_ms, owner.
+# The request now points at its task (`moved`), so feedback by request id finds it; returns 1
+# when the owner's early failure feedback on the request was waiting there.
+LINK_REQUEST = """
+local h = redis.call('HMGET', KEYS[1], 'owner', 'early')
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'moved', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if h[2] and h[1] == ARGV[3] then return 1 end
+return 0
+"""
+
+# KEYS: a task's (or request's) hash. ARGV: ok (1/0), ttl_ms, caller ('' for the admin).
+# Returns {result, route, ok, failed, owner-or-target}: 'moved' (the request belongs to the
+# task named in the last field), 'unsettled', 'not_owner', or 'applied' (a failure marks it).
 TASK_FEEDBACK = """
-local before = redis.call('HMGET', KEYS[1], 'route', 'ok', 'failed')
+local h = redis.call('HMGET', KEYS[1], 'route', 'ok', 'failed', 'owner', 'moved')
+if h[5] then return {'moved', '', 0, 0, h[5]} end
+if not h[1] then return {'unsettled', '', 0, 0, ''} end
+local owner = h[4] or ''
+if ARGV[3] ~= '' and ARGV[3] ~= owner then return {'not_owner', h[1], 0, 0, owner} end
 if ARGV[1] == '0' then
   redis.call('HSET', KEYS[1], 'ok', 0, 'failed', 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return {before[1] or '', tonumber(before[2] or '0'), tonumber(before[3] or '0')}
+return {'applied', h[1], tonumber(h[2] or '0'), tonumber(h[3] or '0'), owner}
+"""
+
+# KEYS: a task's (or request's) hash not settled yet. ARGV: caller, keep_ms. Keeps the
+# caller's early failure feedback for SETTLE_TASK / LINK_REQUEST; {'moved', task} or
+# {'settled', ''} when that happened meanwhile, else {'kept', ''}.
+EARLY_MARK = """
+local h = redis.call('HMGET', KEYS[1], 'route', 'moved')
+if h[2] then return {'moved', h[2]} end
+if h[1] then return {'settled', ''} end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'early', 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {'kept', ''}
+"""
+
+# KEYS: a spend ledger (a float). ARGV: usd, cap_usd, ttl_ms. Adds `usd` and returns 1 only if
+# the total stays within the cap; else 0, adding nothing. Counts across every replica.
+SPEND = """
+local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
+if spent + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return 0 end
+redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
 """
 
 # KEYS: the leader lease. ARGV: token, ttl_ms. Returns 1 when `token` leads (taken or renewed).

@@ -6,6 +6,7 @@ adds a row to the table printed at the end of the test run."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections import Counter
@@ -258,3 +259,32 @@ def test_a_gateway_sigterm_mid_burst_lets_in_flight_streams_finish(tmp_path: Pat
     assert row.succeeded == CONCURRENCY  # every in-flight stream finished
     assert code in (0, -signal.SIGTERM)  # uvicorn re-raises SIGTERM once it has drained
     assert leases == 0
+
+
+def test_a_drain_that_runs_out_ends_each_stream_with_an_error_event(tmp_path: Path):
+    """Streams longer than the drain are cut when it ends, each with an `event: error` first:
+    a client never sees a stream simply stop."""
+    slow = SimProfile(kind=Kind.DEDICATED, name="ded", max_concurrency=8, itl_s=0.05, seed=1)
+    with Sim(slow) as ded, Sim(serverless_profile()) as sl:
+        config = tmp_path / "t.yaml"
+        config.write_text(config_text(ded.base_url, sl.base_url, extra="limits: {drain_s: 1}\n"))
+        with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+                "max_tokens": 400,
+            }
+            with httpx.stream("POST", gw.url + "/chat/completions", json=body, timeout=30) as answer:
+                chunks = answer.iter_bytes()
+                received = next(chunks)  # the stream is under way (~20 s long)
+                stopper = threading.Thread(target=gw.stop, args=(signal.SIGTERM,))
+                stopper.start()
+                with contextlib.suppress(httpx.HTTPError):
+                    for chunk in chunks:
+                        received += chunk
+                stopper.join(30)
+    events = [e for e in received.split(b"\n\n") if e.strip()]
+    assert events[-1].startswith(b"event: error\ndata: ")
+    assert b'"code":"server_stopping"' in events[-1]
+    assert b"[DONE]" not in received

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,10 +30,13 @@ COUNT, CONCURRENCY = 16, 4
 # what the first run left (RSS_REPEAT_MB): a leak grows on every run.
 RSS_BOUND_MB = 128
 RSS_REPEAT_MB = 16
+BODY_BUDGET_MB = 64
 LIMITS = (
     "{max_in_flight: 24, header_timeout_s: 1.5, body_timeout_s: 1.5, client_write_timeout_s: 0.5,"
-    " max_header_bytes: 16384, max_response_bytes: 4194304, max_event_bytes: 1048576}"
+    " max_header_bytes: 16384, max_response_bytes: 4194304, max_event_bytes: 1048576,"
+    f" max_body_bytes_in_flight: {BODY_BUDGET_MB * 1024 * 1024}, discard_timeout_s: 1}}"
 )
+KEY = "x"  # what tests.matrix.one_request sends
 TIMEOUTS = "timeouts: {connect_s: 1, ttft_s: 2, idle_s: 2, total_s: 20}"
 MiB = 1024 * 1024
 
@@ -88,7 +92,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer)
         raws = {name: stack.enter_context(RawUpstream(answer)) for name, answer in RAW_UPSTREAMS.items()}
         lines = [
             f"state: {{redis_url: '{redis_server.url}', lease_ttl_s: 3}}",
-            "auth: {allow_anonymous: true}",
+            f"auth: {{api_keys: [{KEY}], admin_key: admin-key-of-the-matrix}}",
             f"limits: {LIMITS}",
             "models:",
         ]
@@ -164,7 +168,7 @@ def post_raw_body(gateway: Gateway, body: bytes) -> str:
     answer = httpx.post(
         gateway.url + "/chat/completions",
         content=body,
-        headers={"content-type": "application/json"},
+        headers={"content-type": "application/json", "authorization": f"Bearer {KEY}"},
         timeout=20,
     )
     return clean_4xx(answer)
@@ -240,7 +244,10 @@ def stall(conn: socket.socket) -> None:
     threading.Event().wait(4.0)
 
 
-CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+CHAT_HEAD = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    b"authorization: Bearer " + KEY.encode() + b"\r\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -315,4 +322,101 @@ def test_a_redis_stall_mid_burst_leaves_no_ghost_lease(gateway, fault_matrix, re
         return one_request(gateway.url, stream=i % 2 == 0, max_tokens=20)
 
     row = run_case(gateway, fault_matrix, "Redis stalls 1.5 s mid-burst", send)
+    assert row.succeeded == COUNT
+
+
+# --- clients without a key: nothing before auth is unbounded -------------------------------
+
+
+def trickle(conn: socket.socket) -> None:
+    """A slow body: a byte every 0.2 s for up to 8 s (past every body bound here), until the
+    gateway stops taking bytes."""
+    deadline = time.monotonic() + 8
+    with contextlib.suppress(OSError):
+        while time.monotonic() < deadline:
+            conn.sendall(b" ")
+            threading.Event().wait(0.2)
+
+
+def closed_with(status: bytes, within_s: float) -> Callable[[Callable[[], bytes]], str]:
+    """'error' (a clean refusal) when the answer has `status` and the gateway closed the
+    connection within `within_s`; anything else is lost (held open, or the wrong answer)."""
+
+    def verdict(exchange: Callable[[], bytes]) -> str:
+        started = time.monotonic()
+        answer = exchange()
+        took = time.monotonic() - started
+        if not answer.startswith(b"HTTP/1.1 " + status):
+            return f"lost: {answer[:200]!r}"
+        return "error" if took < within_s else f"lost: the connection was held {took:.1f} s"
+
+    return verdict
+
+
+def no_key_head(method: bytes, path: bytes, length: int) -> bytes:
+    return b"%s %s HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % (method, path, length)
+
+
+@pytest.mark.parametrize(
+    ("case", "head", "status"),
+    [
+        ("no key, slow body on /v1", no_key_head(b"POST", b"/v1/chat/completions", 100_000), b"401"),
+        ("no key, slow body on /admin", no_key_head(b"PUT", b"/admin/models/m/canary", 60_000), b"401"),
+        ("no key, slow body on a 404 path", no_key_head(b"POST", b"/nowhere", 60_000), b"404"),
+        ("no key, slow body on /healthz", no_key_head(b"GET", b"/healthz", 60_000), b"200"),
+    ],
+)
+def test_a_slow_body_without_a_key_is_answered_and_closed_on_every_path(
+    gateway, fault_matrix, case, head, status
+):
+    verdict = closed_with(status, within_s=6)
+    row = run_case(
+        gateway, fault_matrix, case, lambda i: verdict(lambda: raw_exchange(gateway, head, then=trickle))
+    )
+    assert row.clean_errors == row.requests
+
+
+def test_stalled_4_mib_bodies_without_a_key_stay_within_the_body_budget(gateway, fault_matrix):
+    head = no_key_head(b"POST", b"/v1/chat/completions", 4 * MiB) + b"{" + b" " * (4 * MiB - 2)
+    verdict = refused_with(b"401")
+    row = run_case(
+        gateway,
+        fault_matrix,
+        "no key, 4 MiB bodies stall at the last byte x40",
+        lambda i: verdict(raw_exchange(gateway, head, then=stall)),
+        concurrency=40,
+        measure_rss=True,
+    )
+    assert row.clean_errors == row.requests
+    assert row.rss_growth_mb is not None and row.rss_growth_mb <= BODY_BUDGET_MB
+
+
+def test_a_300_mib_admin_body_without_a_key_is_refused_unread(gateway, fault_matrix):
+    head = no_key_head(b"PUT", b"/admin/models/m/canary", 300 * MiB)
+    host, port = gateway.root.removeprefix("http://").split(":")
+
+    def send(i: int) -> str:
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(head)
+            answer = conn.recv(65536)  # refused at the head: the answer comes before any body
+            with contextlib.suppress(OSError):  # then the body: dropped, up to the discard bound
+                for _ in range(300):
+                    conn.sendall(b" " * MiB)
+        return refused_with(b"413")(answer)
+
+    row = run_case(gateway, fault_matrix, "no key, 300 MiB admin body", send, concurrency=2, measure_rss=True)
+    assert row.clean_errors == row.requests
+
+
+def test_a_redis_pause_mid_burst_leaves_no_ghost_lease(gateway, fault_matrix, redis_server):
+    pauser = redis.Redis(port=redis_server.port, socket_timeout=10)
+    paused = threading.Event()
+
+    def send(i: int) -> str:
+        if i == CONCURRENCY and not paused.is_set():
+            paused.set()
+            pauser.execute_command("CLIENT", "PAUSE", 2500, "ALL")
+        return one_request(gateway.url, stream=i % 2 == 0, max_tokens=20)
+
+    row = run_case(gateway, fault_matrix, "Redis CLIENT PAUSE 2.5 s mid-burst", send)
     assert row.succeeded == COUNT

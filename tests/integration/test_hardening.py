@@ -93,13 +93,15 @@ def test_a_broken_dedicated_upstream_fails_over_and_gives_its_slot_back(case, st
 
 
 @pytest.mark.parametrize("case", ["401 with a key hint", "malformed status line", "302 redirect"])
-def test_the_client_never_reads_upstream_internals(case):
-    """An endpoint fault gives a generic error that names the route, not the upstream's body."""
+def test_the_client_never_reads_upstream_internals(case, caplog):
+    """An endpoint fault gives a generic error that names the route, not the upstream's body;
+    the operator's log names the status, never the body (an upstream may echo the key)."""
     with RawUpstream(BROKEN_UPSTREAMS[case]) as raw:
         app = create_app(config(raw.url, None))
-        with ThreadServer(app) as gw:
+        with ThreadServer(app) as gw, caplog.at_level("INFO"):
             reply = chat(gw.url)
             settle(app, 1)
+    assert all("sk-prov" not in r.getMessage() and "CRET" not in r.getMessage() for r in caplog.records)
     assert reply.status_code == 502
     error = reply.json()["error"]
     assert error["code"] in {"upstream_misconfigured", "upstream_bad_response"}
@@ -263,6 +265,22 @@ def test_no_exception_at_any_step_of_an_attempt_leaks_a_slot_or_loses_a_request(
         (
             [(b"authorization", b"Bearer client-key"), (b"cookie", b"c=1"), (b"x-tidegate-session", b"s")],
             set(),
+        ),
+        (  # every provider's credential header, and any header named for a key or secret
+            [
+                (b"x-goog-api-key", b"g"),
+                (b"ocp-apim-subscription-key", b"a"),
+                (b"anthropic-api-key", b"k"),
+                (b"x-api-key", b"k"),
+                (b"api-key", b"k"),
+                (b"x-amz-security-token", b"t"),
+                (b"x-auth-token", b"t"),
+                (b"x-my-app-secret", b"s"),
+                (b"x-app-password", b"p"),
+                (b"x-sim-prompt-tokens", b"2000"),
+                (b"idempotency-key", b"i"),
+            ],
+            {b"x-sim-prompt-tokens", b"idempotency-key"},
         ),
     ],
 )

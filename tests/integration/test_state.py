@@ -17,7 +17,6 @@ from router.state.latency import Metric
 from router.state.memory import MemoryStore
 from router.state.redis import RedisStore
 from router.state.redis_scripts import ACQUIRE, REMOVE
-from router.tasks import TaskState
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -399,52 +398,6 @@ async def test_redis_refuses_to_start_unreachable_unless_told_to_start_degraded(
         await degraded.close()
 
 
-async def test_a_task_settles_on_its_last_route_and_feedback_marks_it_once(store):
-    assert await store.settle_task("t1", "r1", "m/a", True, 60) == TaskState()
-    assert await store.settle_task("t1", "r2", "m/b", True, 60) == TaskState("m/a", True, False)
-    task, before = await store.task_feedback("r2", False, 60)  # by request id: its task
-    assert (task, before) == ("t1", TaskState("m/b", True, False))
-    _, again = await store.task_feedback("t1", False, 60)
-    assert again == TaskState("m/b", False, True)
-    # a later request of a failed task does not make it succeed
-    assert await store.settle_task("t1", "r3", "m/b", True, 60) == TaskState("m/b", False, True)
-    _, after = await store.task_feedback("t1", True, 60)
-    assert after == TaskState("m/b", False, True)
-
-
-async def test_feedback_ahead_of_its_request_is_kept_for_the_settle(store):
-    task, before = await store.task_feedback("early", False, 60)
-    assert (task, before) == ("early", TaskState())
-    assert await store.settle_task("early", "early", "m/a", True, 60) == TaskState("", False, True)
-
-
-async def test_tasks_expire_after_their_ttl(redis_url):
-    store = RedisStore(redis_url, ["p"])
-    try:
-        await store.settle_task("short", "short", "m/a", True, 0.05)
-        raw = Redis.from_url(redis_url)
-        deadline = asyncio.get_running_loop().time() + 5
-        while await raw.exists(store.task_key("short")):
-            assert asyncio.get_running_loop().time() < deadline, "the task key never expired"
-            await asyncio.sleep(0.02)
-        await raw.aclose()
-        assert await store.settle_task("short", "short", "m/a", True, 60) == TaskState()
-    finally:
-        await store.close()
-
-
-def test_the_memory_store_tracks_at_most_max_tasks():
-    store = MemoryStore(max_tasks=1000)
-
-    async def fill() -> TaskState:
-        for i in range(1500):
-            await store.settle_task(f"t{i}", f"r{i}", "m/a", True, 60)
-        return await store.settle_task("t0", "r", "m/a", True, 60)  # the oldest was dropped
-
-    assert asyncio.run(fill()) == TaskState()
-    assert len(store._tasks) <= 1000
-
-
 async def test_tasks_still_count_while_redis_is_away_and_say_so_once(caplog):
     from router.tasks import TaskLedger  # noqa: PLC0415
 
@@ -453,7 +406,7 @@ async def test_tasks_still_count_while_redis_is_away_and_say_so_once(caplog):
     ledger.start()
     try:
         for i in range(20):
-            ledger.settle_later(f"t{i}", f"r{i}", "m/a", ok=i % 2 == 0)
+            ledger.settle_later(f"t{i}", f"r{i}", "m/a", ok=i % 2 == 0, owner="key-a")
         await asyncio.wait_for(ledger.drained(), 30)
         counted = store._counts.window("m/a", time.time(), 60)
     finally:

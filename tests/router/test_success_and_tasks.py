@@ -273,6 +273,101 @@ async def test_feedback_needs_a_client_key_and_a_small_body():
     assert huge.status_code == 413
 
 
+TWO_KEYS = "auth: {api_keys: [key, key2], admin_key: adm}"
+
+
+def two_keys_yaml() -> str:
+    return model_yaml(dedicated=(), serverless=("sl1",)).replace("auth: {api_keys: [key]}", TWO_KEYS)
+
+
+async def test_only_the_key_that_made_a_request_or_task_can_judge_it():
+    upstreams = MockUpstreams({"sl1": answers(chat_reply())})
+    other = {"authorization": "Bearer key2"}
+    async with asgi_gateway(two_keys_yaml(), upstreams) as gw:
+        lone = await gw.chat()
+        await gw.client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"x-tidegate-task-id": "job-1"},
+        )
+        await gw.app.state.ledger.drained()
+        request_id = lone.headers["x-tidegate-request-id"]
+        stolen = await gw.client.post(
+            "/v1/feedback", json={"request_id": request_id, "success": False}, headers=other
+        )
+        # key2's "job-1" is another task than key's: nothing of key's moves
+        namesake = await gw.client.post(
+            "/v1/feedback", json={"task_id": "job-1", "success": False}, headers=other
+        )
+        counts_before = await _counts(gw, "sl1")
+        owner = await gw.client.post("/v1/feedback", json={"request_id": request_id, "success": False})
+        caller = gw.outcomes.records[-1].caller
+        admin = await gw.client.post(
+            "/v1/feedback",
+            json={"task_id": "job-1", "success": False, "key_id": caller},
+            headers={"authorization": "Bearer adm"},
+        )
+        counts = await _counts(gw, "sl1")
+    assert stolen.status_code == 403 and stolen.json()["error"]["code"] == "permission_denied"
+    assert namesake.status_code == 200 and namesake.json()["applied"] is False
+    assert counts_before["sl1"]["tasks_ok"] == 2  # neither moved anything
+    assert owner.json()["applied"] is True and admin.json()["applied"] is True
+    assert caller is not None and caller.startswith("key-") and "key" not in caller[4:]
+    assert counts["sl1"].get("tasks_ok", 0) == 0 and counts["sl1"]["feedback_failed"] == 2
+
+
+async def test_early_feedback_is_bounded_per_key_and_answers_429_past_it():
+    yaml_text = two_keys_yaml().replace("models:", "tasks: {max_early_feedback: 3}\nmodels:")
+    upstreams = MockUpstreams({"sl1": answers(chat_reply())})
+    async with asgi_gateway(yaml_text, upstreams) as gw:
+        kept = [
+            await gw.client.post("/v1/feedback", json={"task_id": f"unknown-{i}", "success": False})
+            for i in range(4)
+        ]
+        other = await gw.client.post(
+            "/v1/feedback",
+            json={"task_id": "unknown-0", "success": False},
+            headers={"authorization": "Bearer key2"},
+        )
+    assert [r.status_code for r in kept] == [200, 200, 200, 429]
+    assert kept[-1].json()["error"]["code"] == "rate_limit_exceeded" and kept[-1].headers["retry-after"]
+    assert other.status_code == 200  # another key's bound is its own
+
+
+def test_request_ids_do_not_follow_the_random_module():
+    """Ids from `random` can be predicted from a few observed ones; from `secrets` they cannot.
+    Reseeding `random` must not repeat an id."""
+    import random  # noqa: PLC0415
+
+    async def one_id() -> str:
+        upstreams = MockUpstreams({"sl1": answers(chat_reply())})
+        async with asgi_gateway(two_keys_yaml(), upstreams) as gw:
+            random.seed(7)
+            return (await gw.chat()).headers["x-tidegate-request-id"]
+
+    import asyncio  # noqa: PLC0415
+
+    assert asyncio.run(one_id()) != asyncio.run(one_id())
+
+
+async def test_a_feedback_reason_reaches_the_log_json_encoded(caplog):
+    upstreams = MockUpstreams({"sl1": answers(chat_reply())})
+    forged = 'bad\n{"model": "m", "status": 200, "forged": true}'
+    async with asgi_gateway(two_keys_yaml(), upstreams) as gw:
+        with caplog.at_level("INFO", logger="tidegate"):
+            await gw.client.post("/v1/feedback", json={"task_id": "t1", "success": False, "reason": forged})
+    lines = [r.getMessage() for r in caplog.records if "feedback" in r.getMessage()]
+    assert lines and all("\n" not in line for line in lines)
+    assert orjson.loads(lines[0].removeprefix("feedback: "))["reason"] == forged
+
+
+async def test_a_task_id_with_a_trailing_newline_is_a_400():
+    upstreams = MockUpstreams({"sl1": answers(chat_reply())})
+    async with asgi_gateway(two_keys_yaml(), upstreams) as gw:
+        reply = await gw.client.post("/v1/feedback", json={"task_id": "job\n", "success": False})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "task_id"
+
+
 async def test_a_cut_stream_is_wasted_spend_on_its_route():
     yaml_text = model_yaml(dedicated=(), serverless=("sl1",)).replace(
         "api_key: 'prov-sl1'", "api_key: 'prov-sl1', usd_per_mtok_in: 1000000, usd_per_mtok_out: 1000000"

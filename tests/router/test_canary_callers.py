@@ -1,0 +1,115 @@
+"""No caller can steer the canary (router/canary_callers.py): each caller weighs at most a
+bounded share of a side, sides are compared over the callers they share, and what is the
+caller's own doing (an answer cut by its max_tokens, an upstream 4xx for the request, leaving
+early) is not the route's failure. Tables of inputs, then the whole app in-process."""
+
+from __future__ import annotations
+
+import httpx
+import orjson
+import pytest
+
+from policies.canary import bucket
+from router.canary_analysis import Verdict
+from router.canary_callers import CallerCounts, callers_of, capped_weights, like_with_like, rates
+from tests.router.asgi import MockUpstreams, asgi_gateway, model_yaml
+
+
+@pytest.mark.parametrize(
+    ("sizes", "share", "expected"),
+    [
+        ({"a": 10, "b": 10, "c": 10}, 0.5, {"a": 10, "b": 10, "c": 10}),  # nobody over the cap
+        ({"a": 900, "b": 50, "c": 50}, 0.5, {"a": 100, "b": 50, "c": 50}),  # a held to half
+        ({"a": 900, "b": 100}, 0.5, {"a": 100, "b": 100}),  # two callers: even
+        ({"a": 900, "b": 10, "c": 10, "d": 80}, 0.4, {"a": 40, "b": 10, "c": 10, "d": 40}),
+        ({"a": 900}, 0.5, {"a": 1.0}),  # too few callers for the cap: every caller the same
+        ({"a": 900, "b": 1}, 0.2, {"a": 1.0, "b": 1.0}),
+        ({}, 0.5, {}),
+    ],
+)
+def test_no_caller_weighs_more_than_its_share(sizes, share, expected):
+    found = capped_weights(sizes, share)
+    assert {c: round(v, 2) for c, v in found.items()} == expected
+    total = sum(found.values())
+    if total and len(sizes) * share >= 1:
+        assert max(found.values()) <= share * total + 1e-9
+
+
+def test_rates_give_each_caller_its_capped_weight():
+    callers = {
+        "loud": CallerCounts(requests=900, successes=0, errors=900),
+        "a": CallerCounts(requests=50, successes=50),
+        "b": CallerCounts(requests=50, successes=50),
+    }
+    found = rates(callers, 0.5)
+    assert found.success_rate == pytest.approx(0.5) and found.error_rate == pytest.approx(0.5)
+    assert found.callers == 3 and found.top_share == pytest.approx(0.9)
+
+
+def test_sides_are_compared_over_the_callers_they_share():
+    shared = CallerCounts(requests=100, successes=99)
+    dedicated = {"honest": shared, "one-sided": CallerCounts(requests=500, successes=0)}
+    serverless = {"honest": shared}
+    ded, sl = like_with_like(dedicated, serverless, 0.5)
+    assert ded.success_rate == sl.success_rate == pytest.approx(0.99)
+    assert ded.callers == 1
+
+
+def test_callers_are_read_from_the_routes_counters():
+    found = callers_of(
+        [{"by:key-a:n": 3, "by:key-a:ok": 2, "requests": 9}, {"by:key-a:n": 1, "by:key-b:n": 2}]
+    )
+    assert found == {"key-a": CallerCounts(4, 2, 0), "key-b": CallerCounts(2, 0, 0)}
+
+
+def dedicated_users(model: str, percent: float, count: int) -> list[str]:
+    """`user` values whose canary bucket lands on dedicated at `percent` (what an attacker picks)."""
+    return [u for u in (f"user-{i}" for i in range(10 * count)) if bucket(model, u) < percent][:count]
+
+
+def length_when_capped(request: httpx.Request) -> httpx.Response:
+    capped = b'"max_tokens"' in request.content
+    answer = {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "up",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "x"},
+                "finish_reason": "length" if capped else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }
+    content = orjson.dumps(answer)  # unread, as a transport gives it
+    return httpx.Response(200, headers={"content-type": "application/json"}, stream=httpx.ByteStream(content))
+
+
+async def test_a_key_that_cuts_its_own_answers_on_dedicated_cannot_roll_the_canary_back():
+    text = model_yaml(dedicated=("ded",), serverless=("sl1",), canary=50, capacity=64)
+    text = text.replace("auth: {api_keys: [key]}", "auth: {api_keys: [key, attacker]}")
+    text = text.replace(
+        "    canary_percent: 50", "    canary_percent: 50\n    canary: {steps: [50, 100], min_samples: 10}"
+    )
+
+    async def reply(request: httpx.Request) -> httpx.Response:
+        return length_when_capped(request)
+
+    upstreams = MockUpstreams({"ded": reply, "sl1": reply})
+    async with asgi_gateway(text, upstreams) as gw:
+        for i in range(40):  # an honest key, its users spread over both sides
+            await gw.chat(user=f"honest-{i}")
+        for user in dedicated_users("m", 50, 60):  # the attacker: dedicated only, max_tokens 1
+            await gw.client.post(
+                "/v1/chat/completions",
+                json={"model": "m", "messages": [], "user": user, "max_tokens": 1},
+                headers={"authorization": "Bearer attacker"},
+            )
+        config = gw.app.state.config.models["m"]
+        analysis = await gw.app.state.canary.analyse("m", config)
+    checks = {c.name: c for c in analysis.checks}
+    assert analysis.dedicated.success_rate == pytest.approx(1.0)
+    assert checks["success_rate_ratio"].result == "pass"
+    assert analysis.verdict is not Verdict.FAIL
+    assert "rests on few callers" in analysis.reason  # one honest key compared on each side
