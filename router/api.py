@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from router.auth import ApiKeys
 from router.config import GatewayConfig, LimitsConfig
 from router.disconnect import unless_client_leaves
-from router.dispatch import Dispatcher, Reply
+from router.dispatch import Dispatcher, Reply, new_request_id
 from router.errors import (
     INTERNAL_ERROR_MESSAGE,
     ClientTooSlow,
@@ -165,7 +165,9 @@ class LeanApi:
 def error_response(exc: GatewayError) -> Response:
     """A GatewayError as the OpenAI-shaped error the client gets (the lean path and FastAPI's
     handlers both answer with this), with its Retry-After when it has one."""
-    headers = None if exc.retry_after_s is None else {"retry-after": f"{exc.retry_after_s:g}"}
+    headers = {"x-request-id": new_request_id()}  # the SDKs' `request_id`, on refusals too
+    if exc.retry_after_s is not None:
+        headers["retry-after"] = f"{exc.retry_after_s:g}"
     return Response(exc.body(), status_code=exc.status_code, media_type=_JSON, headers=headers)
 
 
@@ -286,4 +288,3 @@ def metrics_route(registry: CollectorRegistry) -> Route:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return Route("/metrics", metrics, methods=["GET"])
-

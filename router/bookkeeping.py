@@ -94,8 +94,9 @@ class Books:
         rate = None
         if itl and output and result.output_events > 1:  # tokens over the span of the output events
             rate = round(output / (itl * (result.output_events - 1) / 1000.0), 2)
+        code = result.error.code if result.error is not None else None
         measures = Measures(
-            ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate, failed_check
+            ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate, failed_check, code
         )
         if result.error is not None:
             outcome = Outcome.FAILED_MID_STREAM

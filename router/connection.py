@@ -134,6 +134,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._head_size = 0  # each request's head is counted on its own
         self._body = _BodyState()
         self._arm(self.limits.header_timeout_s, self._head_timed_out)  # idle keep-alive is not timed here
 
@@ -220,6 +221,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self._discard_rest()  # answered before its body ended: what is left is dropped
             return
         super().on_response_complete()
+        self._in_head, self._head_bytes = True, 0  # what comes next is the next request's head
 
     # --- refusals -----------------------------------------------------------------------
 

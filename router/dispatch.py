@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import secrets
 import time
@@ -148,7 +149,7 @@ class Dispatcher:
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
         key = _stickiness(request, headers)
-        request_id = "req_" + secrets.token_hex(12)  # feedback names requests by it: unguessable
+        request_id = new_request_id()
         task_id = _task_id(headers) or request_id
         predicted = config.routing.admission is Admission.PREDICTED_TTFT
         context = RequestContext(request.model, request.stream, key, request.prompt_tokens)
@@ -282,7 +283,7 @@ class Dispatcher:
             return False
         if _fails_over(job, exc):
             return True
-        if not exc.retry_same:
+        if not exc.retry_same or isinstance(exc, NoCapacity):  # full: the client's SDK retries
             return False
         if self._budgets[job.facts.request.model].try_spend():
             return True
@@ -336,6 +337,7 @@ class Dispatcher:
         job.overhead_ms = overhead_ms(job)
         reply.headers.update(tidegate_headers(walk, walk.served_outcome(), job.overhead_ms, target.model))
         reply.headers[REQUEST_ID_HEADER] = facts.request_id
+        reply.headers.setdefault("x-request-id", facts.request_id)  # the upstream's, when it sent one
         if reply.stream is None:
             reply.on_close = lambda: self._close_body(job, target, reply, lease)
         return reply
@@ -455,18 +457,39 @@ class Dispatcher:
         else:
             outcome = Outcome.INTERNAL_ERROR
         headers = tidegate_headers(job.walk, outcome)
-        headers[REQUEST_ID_HEADER] = job.facts.request_id
-        if outcome is Outcome.EXHAUSTED and (len(job.walk.attempts) > 1 or job.budget_denied):
-            # the gateway did the retrying (or its budget said no more): an SDK retrying on
-            # top would multiply the load, and wait out a Retry-After the gateway already did
-            headers["x-should-retry"] = "false"
-        elif exc.retry_after_s is not None:
-            headers["retry-after"] = f"{exc.retry_after_s:g}"
-        elif isinstance(exc, NoCapacity):
-            headers["retry-after"] = "1"
+        headers[REQUEST_ID_HEADER] = headers["x-request-id"] = job.facts.request_id
+        headers.update(self._retry_advice(job, exc, outcome))
         headers["content-type"] = "application/json"
-        self._books.record(job, job.walk.last, exc.status_code, Measures(error=type(exc).__name__), outcome)
+        measures = Measures(error=type(exc).__name__, code=exc.code)
+        self._books.record(job, job.walk.last, exc.status_code, measures, outcome)
         return Reply(exc.status_code, headers, exc.body())
+
+    def _retry_advice(self, job: Job, exc: GatewayError, outcome: Outcome) -> dict[str, str]:
+        """What the SDK is told about retrying. A request no upstream saw (every slot taken)
+        is retryable, after the expected wait for a slot; one the gateway already retried (or
+        whose retry budget said no more) is not: an SDK retrying on top would multiply the
+        load, and wait out a Retry-After the gateway already did."""
+        if isinstance(exc, NoCapacity) and not job.walk.attempts:
+            return {"x-should-retry": "true", "retry-after": f"{self._slot_wait_s(job):g}"}
+        if outcome is Outcome.EXHAUSTED and (len(job.walk.attempts) > 1 or job.budget_denied):
+            return {"x-should-retry": "false"}
+        if exc.retry_after_s is not None:
+            return {"retry-after": f"{exc.retry_after_s:g}"}
+        return {}
+
+    def _slot_wait_s(self, job: Job) -> int:
+        """Whole seconds until a dedicated slot is likely free: the shortest, over the model's
+        pools, of its median answer time x (those in line + 1) / its slots; 1 s when unknown,
+        at most `_MAX_RETRY_AFTER_S`."""
+        snapshot, model = self._signals.snapshot(), job.facts.request.model
+        waits = []
+        for pool in job.facts.config.dedicated:
+            figures = snapshot.e2e.get(route_key(model, pool.name))
+            if figures is not None:
+                ahead = snapshot.waiting.get(pool.name, 0) + 1
+                waits.append(figures.p50 / 1000 * ahead / pool.max_concurrency)
+        wait = min(waits) if waits else 1.0
+        return max(1, min(math.ceil(wait), int(_MAX_RETRY_AFTER_S)))
 
     def _prefilled(self, job: Job, lease: Lease) -> None:
         """The first event is here: the prompt is prefilled. Teach the pool's prefill model,
@@ -493,6 +516,11 @@ class Dispatcher:
             wait = base * random.uniform(0.5, 1.0)
         job.backoff_ms += wait * 1000
         return wait
+
+
+def new_request_id() -> str:
+    """`req_` and 24 hex digits from `secrets`: feedback names requests by it, so unguessable."""
+    return "req_" + secrets.token_hex(12)
 
 
 async def _discard(reply: Reply) -> None:

@@ -64,6 +64,7 @@ class Measures:
     itl_ms: float | None = None  # mean gap between output events (streams with 2+ events)
     output_tokens_per_s: float | None = None  # output tokens / (last event - first event)
     failed_check: str | None = None  # the automatic success check a served answer failed
+    code: str | None = None  # the error's OpenAI `code` the client read (upstream_stream_cut, ...)
 
 
 @dataclass(frozen=True, slots=True)

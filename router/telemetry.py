@@ -148,6 +148,12 @@ class Telemetry:
             (*_ROUTE_LABELS, "outcome"),
             registry=r,
         )
+        self.errors = Counter(
+            "tidegate_errors",
+            "Requests that ended in an error the client read, by its OpenAI error code",
+            (*_ROUTE_LABELS, "code"),
+            registry=r,
+        )
         self.spills = Counter(
             "tidegate_spills",
             "Requests not on their preferred target, by reason",
@@ -210,6 +216,8 @@ class Telemetry:
             self.overhead.labels(record.model).observe(record.overhead_ms / 1000)
         self.e2e.labels(*labels).observe(record.e2e_ms / 1000)
         self.requests.labels(*labels, record.outcome).inc()
+        if m.code is not None:
+            self.errors.labels(*labels, m.code).inc()
         if record.cost_usd:
             self.cost.labels(*labels).inc(record.cost_usd)
         if Reason(record.reason).is_spill:

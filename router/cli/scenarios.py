@@ -94,7 +94,7 @@ SCENARIOS: Mapping[str, Scenario] = MappingProxyType(
             {"DEMO_DEDICATED_URL": _dedicated("one-slot", "demo/dedicated-model", capacity=1)},
             "one dedicated slot, nowhere to spill",
             "Start a long stream, then send a second request while it runs: 503 no_capacity with\n"
-            "Retry-After: 1 (the SDKs retry it after a second).",
+            "Retry-After and x-should-retry: true, every time (the SDKs retry it after the wait).",
         ),
     }
 )

@@ -7,8 +7,11 @@ finish reason, the way vLLM's OpenAI server would. Deterministic for a request's
   is shorter (`stop`), or a `stop` sequence appears (`stop`, the sequence not included).
   With no `max_tokens` the answer is `default_output_tokens` long (or sampled) and stops.
   vLLM's `ignore_eos: true` runs it to `max_tokens` regardless.
-- `response_format: json_object` answers a JSON object; `json_schema` an instance of the
-  schema (`instance_of`).
+- `response_format: json_object` answers a JSON object: an instance of the JSON Schema the
+  prompt carries, when it carries one (router/sim/prompt_schema.py), else
+  `{"answer": "..."}`; `json_schema` an instance of the schema (`instance_of`). With no
+  `response_format`, a prompt that carries a schema is answered with an instance of it in a
+  fenced ```json block, as a model asked for markdown JSON would.
 - `tools` with `tool_choice` `required` or a named function answer tool calls whose
   arguments are an instance of the function's parameters (`finish_reason: tool_calls`);
   with `auto`, a `tool_call_share` of requests do. After a tool result (the last message
@@ -26,6 +29,7 @@ from typing import Any
 import orjson
 
 from router.sim.profile import SimProfile
+from router.sim.prompt_schema import schema_in_prompt
 
 _WORDS = ("the", "tide", "gate", "routes", "every", "token", "to", "a", "warm", "replica")
 
@@ -133,8 +137,14 @@ def _document(payload: dict[str, Any], rng: random.Random) -> str | None:
         text = payload.get("text")  # the Responses API puts it under text.format
         fmt = text.get("format") if isinstance(text, dict) else None
     if not isinstance(fmt, dict):
-        return None
+        asked = schema_in_prompt(payload)
+        if asked is None:
+            return None
+        return "```json\n" + orjson.dumps(instance_of(asked, rng, asked)).decode() + "\n```"
     if fmt.get("type") == "json_object":
+        asked = schema_in_prompt(payload)
+        if asked is not None:
+            return orjson.dumps(instance_of(asked, rng, asked)).decode()
         return orjson.dumps({"answer": "the tide gate routes every token"}).decode()
     if fmt.get("type") == "json_schema":
         spec = fmt.get("json_schema", fmt)

@@ -309,10 +309,10 @@ class StreamWriter:
             yield self._event("response.output_text.done", {**where, "text": text, "logprobs": []})
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             yield self._event("response.content_part.done", {**where, "part": part})
-            item = _message_item(self._item, text, "completed")
+            item = _message_item(self._item, text, ended(choice))
             yield self._event("response.output_item.done", {"output_index": 0, "item": item})
         done = response_object(self.model, choice, use, "completed", self.id)
-        yield self._event("response.completed", {"response": done})
+        yield self._event(f"response.{done['status']}", {"response": done})
 
 
 def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
@@ -336,22 +336,31 @@ def _function_call_item(call: ToolCall, status: str, arguments: str | None = Non
     }
 
 
+def ended(choice: Choice) -> str:
+    """How a Responses answer ended: cut by max_output_tokens is `incomplete`."""
+    return "incomplete" if choice.finish_reason == "length" and not choice.tool_calls else "completed"
+
+
 def response_object(
     model: str, choice: Choice | None, use: dict[str, Any] | None, status: str, rid: str | None = None
 ) -> dict[str, Any]:
+    """`status` "completed" of an answer cut at max_output_tokens is "incomplete", as OpenAI's."""
     rid = rid or new_id("resp")
     output: list[dict[str, Any]] = []
+    if status == "completed" and choice is not None:
+        status = ended(choice)
     if choice is not None and choice.tool_calls:
         output = [_function_call_item(c, "completed") for c in choice.tool_calls]
     elif choice is not None:
         output = [_message_item("msg_" + rid, choice.text, status)]
+    cut = {"reason": "max_output_tokens"} if status == "incomplete" else None
     body: dict[str, Any] = {
         "id": rid,
         "object": "response",
         "created_at": int(time.time()),
         "status": status,
         "error": None,
-        "incomplete_details": None,
+        "incomplete_details": cut,
         "instructions": None,
         "metadata": {},
         "model": model,

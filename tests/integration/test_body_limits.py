@@ -220,3 +220,24 @@ def test_x_forwarded_for_is_believed_only_from_the_configured_proxies(upstream, 
         line for line in raw.received[0].split(b"\r\n") if line.lower().startswith(b"x-forwarded-for:")
     ]
     assert forwarded == [b"x-forwarded-for: " + seen]
+
+
+def test_every_request_on_a_kept_alive_connection_gets_its_own_head_and_body_allowance(upstream):
+    """The limits are per request: 300 requests on one connection, each head and body well
+    within its limits but all of them together far over, are all served."""
+    text = config_text(upstream.url).replace(
+        "{body_timeout_s: 30,", "{max_header_bytes: 1024, body_timeout_s: 30,"
+    )
+    with (
+        ThreadServer(create_app(parse_config(text, {}))) as server,
+        httpx.Client(base_url=server.url) as client,
+    ):
+        statuses = {
+            client.post(
+                "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]},
+                headers={"authorization": f"Bearer {KEY}", "x-pad": "p" * 300},
+            ).status_code
+            for _ in range(300)
+        }
+    assert statuses == {200}

@@ -61,14 +61,16 @@ def test_slo_guard_spills_a_slow_dedicated_route_and_returns_when_it_recovers(re
         cfg = config(
             f"state: {{redis_url: '{redis_url}', window_s: 10}}\n"
             "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
-            "    slo: {ttft_p95_ms: 50, min_samples: 5, dwell_s: 0, recover_ratio: 0.8}\n"
+            # the SLO sits far from both TTFTs (~1 ms healthy, ~500 ms slowed), so a loaded
+            # machine's scheduling delays cannot move a sample across it
+            "    slo: {ttft_p95_ms: 250, min_samples: 5, dwell_s: 0, recover_ratio: 0.8}\n"
             f"    dedicated: [{endpoint('ded', ded, ', max_concurrency: 8')}]\n"
             f"    serverless: [{endpoint('sl0', sl)}]\n"
         )
         with gateway(cfg) as client:
             healthy = [stream(client) for _ in range(5)]
             assert healthy == [("ded", "baseline")] * 5
-            ded.configure(slowdown=100.0)  # TTFT from ~1 ms to ~100 ms: over the 50 ms SLO
+            ded.configure(slowdown=500.0)  # TTFT from ~1 ms to ~500 ms: over the 250 ms SLO
             before = send_until(client, "slo_breach", limit=40, seconds=30)
             assert before[-1] == ("sl0", "slo_breach")
             assert before[0] == ("ded", "baseline")  # the guard needed evidence before it acted

@@ -88,7 +88,7 @@ def test_a_tool_call_round_trip(sdk, stream):
 
 
 def test_the_responses_stream_helper_gets_every_event_in_order(sdk):
-    with sdk.responses.stream(model="m", input="hi", max_output_tokens=5) as stream:
+    with sdk.responses.stream(model="m", input="hi") as stream:  # no limit: the answer stops
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
     assert kinds[:4] == [
@@ -104,6 +104,14 @@ def test_the_responses_stream_helper_gets_every_event_in_order(sdk):
         "response.completed",
     ]
     assert final.output_text and final.status == "completed"
+
+
+def test_a_response_cut_by_max_output_tokens_is_incomplete(sdk):
+    cut = sdk.responses.create(model="m", input="hi", max_output_tokens=3)
+    assert cut.status == "incomplete" and cut.output_text
+    assert cut.incomplete_details is not None and cut.incomplete_details.reason == "max_output_tokens"
+    events = [e.type for e in sdk.responses.create(model="m", input="hi", max_output_tokens=3, stream=True)]
+    assert events[-1] == "response.incomplete"
 
 
 def test_models_retrieve_and_list(sdk):

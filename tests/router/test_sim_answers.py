@@ -86,6 +86,39 @@ def test_a_json_schema_answer_is_an_instance_of_its_schema():
     assert isinstance(orjson.loads(obj.text), dict)
 
 
+# instructor's JSON modes put the model's schema in the system message, as text
+INSTRUCTOR_SYSTEM = (
+    "As a genius expert, your task is to understand the content and provide the parsed objects in json "
+    "that match the following json_schema:\n\n"
+    + orjson.dumps(SCHEMA).decode()
+    + "\n\nMake sure to return an instance of the JSON, not the schema itself"
+)
+ASKS_FOR_SCHEMA = [{"role": "system", "content": INSTRUCTOR_SYSTEM}, *MSG]
+
+
+def test_json_mode_answers_the_schema_the_prompt_carries():
+    payload = {"messages": ASKS_FOR_SCHEMA, "response_format": {"type": "json_object"}}
+    (choice,) = plan(payload, FIXED, random.Random(1))
+    assert not list(Draft202012Validator(SCHEMA).iter_errors(orjson.loads(choice.text)))
+
+
+def test_a_prompt_with_a_schema_and_no_response_format_gets_a_fenced_json_instance():
+    (choice,) = plan({"messages": ASKS_FOR_SCHEMA}, FIXED, random.Random(1))
+    assert choice.text.startswith("```json\n") and choice.text.endswith("\n```")
+    inner = choice.text.removeprefix("```json\n").removesuffix("\n```")
+    assert not list(Draft202012Validator(SCHEMA).iter_errors(orjson.loads(inner)))
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    ["hi", "a brace { and a list [1, 2] and {\"not\": \"a schema\"}", "{" * 5000],
+)
+def test_json_mode_without_a_schema_in_the_prompt_answers_a_plain_object(prompt):
+    payload = {"messages": [{"role": "user", "content": prompt}], "response_format": {"type": "json_object"}}
+    (choice,) = plan(payload, FIXED, random.Random(1))
+    assert orjson.loads(choice.text) == {"answer": "the tide gate routes every token"}
+
+
 TOOL = {
     "type": "function",
     "function": {
