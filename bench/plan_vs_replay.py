@@ -37,12 +37,12 @@ from typing import Any
 import httpx
 import orjson
 
-from router.calibration import DEDICATED, SERVERLESS
-from router.economics import token_cost_usd
-from router.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route
-from router.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
-from router.replay import load, window
-from router.timelapse import scale_config
+from router.economics.cost import token_cost_usd
+from router.offline.calibration import DEDICATED, SERVERLESS
+from router.offline.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route
+from router.offline.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
+from router.offline.replay import load, window
+from router.offline.timelapse import scale_config
 from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
 
 ROOT = Path(__file__).resolve().parents[1]

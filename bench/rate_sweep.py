@@ -1,7 +1,7 @@
 """Where does the cheapest SLO-meeting plan change from all-serverless to hybrid to
 all-dedicated as the traffic grows? `tidegate plan`'s model over the Azure code and conv slices
 at rising `--scale-rate`, next to the utilization break-even of the economics formula
-(router/economics.py: `break_even_utilization`).
+(router/economics/cost.py: `break_even_utilization`).
 
 For each rate it models all-serverless and, around the replicas the mean prefill load needs,
 dedicated pools with 16 or 64 slots per replica, and prints the cheapest plan meeting the SLO
@@ -23,11 +23,11 @@ from pathlib import Path
 from rich.progress import Progress
 
 from bench.plan_vs_replay import SHARED, SLICES
-from router.calibration import DEDICATED, SERVERLESS
-from router.economics import break_even_utilization, token_cost_usd
-from router.planner.model import Plan, System
-from router.planner.sweep import choose, evaluate
-from router.replay import load, scale_rate, window
+from router.economics.cost import break_even_utilization, token_cost_usd
+from router.offline.calibration import DEDICATED, SERVERLESS
+from router.offline.planner.model import Plan, System
+from router.offline.planner.sweep import choose, evaluate
+from router.offline.replay import load, scale_rate, window
 
 MINUTES = 20.0
 TARGET = 0.95

@@ -24,9 +24,9 @@ import time
 
 from policies.types import Snapshot, route_key
 from router.config import parse_config
-from router.economics_report import economics_report
+from router.economics.report import economics_report
 from router.state.latency import Metric
-from router.state.redis import RedisStore
+from router.state.redis.store import RedisStore
 
 CONFIG = """
 auth: {allow_anonymous: true}

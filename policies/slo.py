@@ -5,7 +5,7 @@ The verdict is a latch (policies/hysteresis.py): on when the p95 over the latenc
 over the SLO, off when it is at or under `recover_ratio` x SLO, or when the window holds fewer
 than `min_samples` (the breached route gets no new traffic, so its slow samples age out of the
 window and the route is tried again: that is the probe). The gateway's signal loop steps the
-latches (router/signals.py) and puts the breached routes in the snapshot; the filter only
+latches (router/signals/loop.py) and puts the breached routes in the snapshot; the filter only
 reads them.
 """
 

@@ -93,7 +93,7 @@ class Snapshot:
     `waiting` to the requests in line for one; `canary_percent` holds the live canary
     overrides set through the admin API; `ttft` and `e2e` hold each route's figures over the
     latency window (routes with no samples are absent). The last two sets are verdicts the
-    gateway's signal loop adds (see router/signals.py), by route key and by pool name."""
+    gateway's signal loop adds (see router/signals/loop.py), by route key and by pool name."""
 
     now: float
     in_flight: Mapping[str, int] = field(default_factory=dict)

@@ -22,15 +22,9 @@ from starlette.types import ASGIApp
 
 from policies import registry
 from policies.base import Policy
-from router import api
-from router.admin import admin_router
-from router.auth import ApiKeys, KeyDigests
-from router.bookkeeping import Books
-from router.breaker import Breakers, breaker_configs
-from router.canary_controller import CanaryController
+from router.canary.controller import CanaryController
 from router.config import ConfigError, GatewayConfig
-from router.costs import EconomicsGauges
-from router.dispatch import Dispatcher
+from router.economics.costs import EconomicsGauges
 from router.errors import (
     INTERNAL_ERROR_MESSAGE,
     GatewayError,
@@ -39,17 +33,24 @@ from router.errors import (
     RouteNotFound,
     error_body,
 )
-from router.feedback import feedback_route
-from router.keep_warm import KeepWarm
-from router.limits import InFlightLimit
-from router.records import Recorder
-from router.signals import Signals
-from router.state.base import StateStore, StoreUnreachableAtStart
-from router.state.memory import MemoryStore
-from router.state.redis import RedisStore
-from router.tasks import EarlyBound, TaskLedger
-from router.telemetry import Telemetry, default_providers
-from router.upstream import TransportFactory, Upstream, aiohttp_transport
+from router.http import api
+from router.http.admin import admin_router
+from router.http.auth import ApiKeys, KeyDigests
+from router.http.feedback import feedback_route
+from router.http.in_flight import InFlightLimit
+from router.record.records import Recorder
+from router.record.tasks import TaskLedger
+from router.record.telemetry import Telemetry, default_providers
+from router.request.bookkeeping import Books
+from router.request.breaker import Breakers, breaker_configs
+from router.request.dispatch import Dispatcher
+from router.request.upstream import TransportFactory, Upstream, aiohttp_transport
+from router.signals.loop import Signals
+from router.spill.keep_warm import KeepWarm
+from router.state.memory.store import MemoryStore
+from router.state.redis.store import RedisStore
+from router.state.roles import StateStore, StoreUnreachableAtStart
+from router.state.tasks import EarlyBound
 
 log = logging.getLogger("tidegate")
 

@@ -210,11 +210,11 @@ class DedicatedEndpoint(EndpointConfig):
     gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0  # per GPU: the endpoint costs gpus x this x replicas
     gpus: Annotated[int, Field(gt=0)] = 1  # per replica
     # provisioned outside the schedule's windows; max_concurrency is the slots at this count
-    # (one replica's when 0), so a schedule scales the slots with the replicas (router/costs.py)
+    # (one replica's when 0), so a schedule scales the slots with the replicas (router/economics/costs.py)
     replicas: Annotated[float, Field(ge=0)] = 1.0
     schedule: tuple[ScheduleEntry, ...] = ()  # other replica counts at fixed times of day (UTC)
     # predicted-TTFT admission's prior for this pool, until its TTFTs are measured: TTFT =
-    # overhead + prompt tokens waiting for prefill / rate (router/prefill.py learns both)
+    # overhead + prompt tokens waiting for prefill / rate (router/signals/prefill.py learns both)
     prefill_tokens_per_s: Annotated[float, Field(gt=0)] = 8000.0
     ttft_overhead_ms: Annotated[float, Field(ge=0)] = 50.0
 
@@ -244,7 +244,7 @@ class DedicatedEndpoint(EndpointConfig):
 class KeepWarmConfig(_Frozen):
     """Keep a scale-to-zero serverless route warm: one `max_tokens: 1` request every
     `interval_s` (set it under the provider's idle timeout), sent by exactly one gateway
-    replica, while `when` holds, up to `max_usd_per_day` (router/keep_warm.py). With `learn`,
+    replica, while `when` holds, up to `max_usd_per_day` (router/spill/keep_warm.py). With `learn`,
     a probe that finds the route cold after an idle gap shrinks the interval to half that gap
     (not under `min_interval_s`)."""
 
@@ -370,7 +370,7 @@ class CanaryChecks(_Frozen):
 
 class CanaryControllerConfig(_Frozen):
     """Move the model's canary percent step by step while dedicated holds up against
-    serverless (router/canary_controller.py)."""
+    serverless (router/canary/controller.py)."""
 
     steps: tuple[Annotated[float, Field(gt=0, le=100)], ...] = ()
     step_percent: Annotated[float, Field(gt=0, le=100)] | None = None  # instead of steps: +this ...
@@ -413,7 +413,7 @@ class HedgeConfig(_Frozen):
     the other cancelled at once (its slot released). At most `max_percent` of the model's
     requests hedge within `window_s` (per process), and always `min_hedges` (so the first
     stall after a quiet spell is hedged too); non-stream requests never hedge (their first
-    byte is the whole answer). See router/hedge.py."""
+    byte is the whole answer). See router/request/hedge.py."""
 
     after_ms: Annotated[float, Field(gt=0, le=600_000)]
     max_percent: Annotated[float, Field(gt=0, le=100)] = 5.0
@@ -460,7 +460,7 @@ class TasksConfig(_Frozen):
 
 
 class GatewayConfig(_Frozen):
-    # a time-lapse for replays: the time constants were divided by this (router/timelapse.py)
+    # a time-lapse for replays: the time constants were divided by this (router/offline/timelapse.py)
     time_scale: Annotated[float, Field(ge=1, le=1000)] = 1.0
     listen: ListenConfig = ListenConfig()
     server: ServerConfig = ServerConfig()

@@ -2,13 +2,13 @@
 per SLO-successful task for this traffic, before paying for any of it.
 
 Every plan of a grid (replicas x max_concurrency x max_queue_ms x canary percent) runs through
-the discrete-event model (router/planner/model.py) over the trace; the table shows each plan's
+the discrete-event model (router/offline/planner/model.py) over the trace; the table shows each plan's
 cost, cost per SLO-successful task, SLO attainment, TTFT p95, dedicated utilization and spill
 share; the cheapest plan meeting the SLO is marked and the runner-up's loss explained.
 `--price-sweep` adds the GPU-hour price (and serverless price multiple) at which each plan would
 beat all-serverless. Writes plan.json and pareto.png (cost against attainment) to `--out`.
 
-The model starts from a named calibration (router/calibration.py); every figure can be
+The model starts from a named calibration (router/offline/calibration.py); every figure can be
 overridden by a flag, read from a gateway config (`--config`, prices and capacity), fitted
 from a running gateway's route figures (`--calibrate URL`) or, for serverless TTFT, from a
 `tidegate probe` result (`--probe-result`).
@@ -30,18 +30,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from router import calibration
-from router.calibration import (
+from router.cli.admin_client import AdminCallFailed, call_admin
+from router.config import ConfigError, DedicatedEndpoint, ServerlessEndpoint, load_config
+from router.offline import calibration
+from router.offline.calibration import (
     SERVERLESS_PRESETS,
     DedicatedCalibration,
     ServerlessCalibration,
     TtftDistribution,
 )
-from router.cli.admin_client import AdminCallFailed, call_admin
-from router.config import ConfigError, DedicatedEndpoint, ServerlessEndpoint, load_config
-from router.planner.model import System
-from router.planner.sweep import Grid, break_even, choose, pareto, sweep
-from router.replay import load, scale_rate, window
+from router.offline.planner.model import System
+from router.offline.planner.sweep import Grid, break_even, choose, pareto, sweep
+from router.offline.replay import load, scale_rate, window
 
 Z95 = 1.6449  # the standard normal's 95th percentile: a log-normal's p95 / p50 = exp(Z95 x sigma)
 

@@ -3,7 +3,7 @@
 Each endpoint is called **directly** (its `base_url`, model id and key from the config; no
 routing): a streaming chat request at temperature 0, the same prompt every time, one at a time,
 `--interval-s` apart. Per request: TTFT (first output token), mean ITL, e2e, output tokens,
-status and error. Statistics: router/probe.py.
+status and error. Statistics: router/offline/probe.py.
 
     tidegate probe --config FILE [--model M] [--endpoint NAME ...] [--requests 75] [--warmup 3]
                    [--interval-s 2] [--prompt TEXT] [--max-tokens 64] [--out DIR] [--yes]
@@ -29,9 +29,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from router.config import Endpoint, GatewayConfig, ServerlessEndpoint
-from router.economics import token_cost_usd
-from router.probe import ProbeResult, by_hour, ranking, summarise
-from router.report import parse_window
+from router.economics.cost import token_cost_usd
+from router.economics.routes_report import parse_window
+from router.offline.probe import ProbeResult, by_hour, ranking, summarise
 
 DEFAULT_PROMPT = "In one short paragraph, explain what a load balancer does."
 

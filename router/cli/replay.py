@@ -6,13 +6,13 @@ loop would hide the queueing the replay is there to see. A row becomes a streami
 whose prompt and answer sizes reach the simulator as `x-sim-prompt-tokens` and
 `x-sim-output-tokens` headers (the gateway passes them on), so nobody builds real 2,000-token
 prompts. Per request: send lag, TTFT and e2e as the client saw them, and the gateway's route,
-reason and outcome headers. The summary (router/replay.py) says whether the sender kept up;
+reason and outcome headers. The summary (router/offline/replay.py) says whether the sender kept up;
 a replay that fell behind is marked invalid, not reported as a result.
 
 With the gateway's `--config`, the summary also prices the replay: cost, cost per
-SLO-successful task and dedicated utilization (router/replay.py). At `--speed K` the
+SLO-successful task and dedicated utilization (router/offline/replay.py). At `--speed K` the
 simulators must run with `--time-scale K` and the gateway with its config time-lapsed by K
-(`--scale-config`, router/timelapse.py); a gateway whose /readyz reports another time scale is
+(`--scale-config`, router/offline/timelapse.py); a gateway whose /readyz reports another time scale is
 refused. Durations are reported in trace time.
 
     tidegate replay TRACE --url URL [--model M] [--config tidegate.yaml] [--start MIN] [--minutes N]
@@ -38,9 +38,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from router.config import ConfigError, GatewayConfig, load_config
+from router.offline.replay import Arrival, Pricing, load, scale_rate, summary, window
+from router.offline.timelapse import scale_config
 from router.openai import BYTES_PER_TOKEN
-from router.replay import Arrival, Pricing, load, scale_rate, summary, window
-from router.timelapse import scale_config
 
 LAG_P99_MS = 50.0  # a sender later than this at p99 did not keep up
 

@@ -16,9 +16,9 @@ import uvicorn
 import uvloop
 from starlette.types import ASGIApp
 
-from router import heap
+from router.cli import heap
 from router.config import GatewayConfig, LimitsConfig
-from router.connection import guarded_protocol
+from router.http.connection import guarded_protocol
 from router.openai import PATHS
 
 LOG_FORMAT = "%(message)s"
@@ -58,7 +58,7 @@ class _Companion(uvicorn.Server):
 class Served:
     """An app on a listening socket. On SIGTERM it stops accepting, lets in-flight requests
     (streams included) finish for up to `drain_s`, then cancels the rest; its lifespan then
-    releases what it holds. `limits` bound its connections and bodies (router/connection.py);
+    releases what it holds. `limits` bound its connections and bodies (router/http/connection.py);
     X-Forwarded-* headers are believed only from `forwarded_allow_ips` (none by default)."""
 
     app: ASGIApp

@@ -1,5 +1,5 @@
 """`tidegate sim`: one simulated OpenAI-compatible upstream (router/sim/), dedicated or
-serverless, from its defaults, a named calibration (router/calibration.py) and flags."""
+serverless, from its defaults, a named calibration (router/offline/calibration.py) and flags."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import dataclasses
 import sys
 from typing import Any
 
-from router import calibration
 from router.cli.serving import Served, bind
 from router.cli.serving import run as serve
+from router.offline import calibration
 from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
 
 
@@ -48,7 +48,7 @@ def add_parser(commands: Any) -> None:
     sim.add_argument(
         "--calibration",
         choices=sorted(set(calibration.DEDICATED) | set(calibration.SERVERLESS)),
-        help="start from a published calibration (router/calibration.py); flags override its figures",
+        help="start from a published calibration (router/offline/calibration.py); flags override its figures",
     )
     sim.add_argument(
         "--max-concurrency",

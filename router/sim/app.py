@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from router.disconnect import unless_client_leaves
 from router.errors import error_body
+from router.http.disconnect import unless_client_leaves
 from router.sim import answers, bodies, validation
 from router.sim.engine import Engine
 from router.sim.profile import SimProfile

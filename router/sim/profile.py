@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from policies.types import EndpointKind
-from router.calibration import SERVERLESS_PRESETS, TtftDistribution
+from router.offline.calibration import SERVERLESS_PRESETS, TtftDistribution
 
 Kind = EndpointKind  # a simulator plays one of the gateway's endpoint kinds
 __all__ = ["SERVERLESS_PRESETS", "Faults", "Kind", "SimProfile", "TtftDistribution"]

@@ -1,4 +1,4 @@
-"""Connection-level bounds on request bodies (router/connection.py), from raw sockets against a
+"""Connection-level bounds on request bodies (router/http/connection.py), from raw sockets against a
 gateway served as `tidegate serve` serves it: every path, with or without a key, has a body
 cap and a deadline before any handler or auth runs; a refused body is read and dropped for a
 bounded time, never buffered; bodies in flight share one process-wide budget."""

@@ -10,10 +10,10 @@ from policies import registry
 from policies.base import Reason, RequestContext
 from policies.types import Snapshot
 from router.app import create_app
-from router.breaker import RouteCounts
 from router.config import BreakerConfig, DedicatedEndpoint, ModelConfig, ServerlessEndpoint, parse_config
-from router.state.memory import MemoryStore
-from router.state.redis import RedisStore
+from router.request.breaker import RouteCounts
+from router.state.memory.store import MemoryStore
+from router.state.redis.store import RedisStore
 from tests.conftest import dedicated_profile, serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
 

@@ -16,13 +16,13 @@ import httpx
 import orjson
 import pytest
 
-from router.api import RelayResponse
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
-from router.dispatch import Reply
 from router.errors import UpstreamBadResponse, UpstreamUnreachable
-from router.relay import SseRelay, StreamResult
-from router.upstream import Upstream, aiohttp_transport, upstream_headers
+from router.http.api import RelayResponse
+from router.request.dispatch import Reply
+from router.request.relay import SseRelay, StreamResult
+from router.request.upstream import Upstream, aiohttp_transport, upstream_headers
 from tests.conftest import dedicated_profile, serverless_profile
 from tests.servers import (
     BROKEN_UPSTREAMS,

@@ -13,11 +13,11 @@ import redis
 
 from policies.types import Snapshot
 from router.app import create_app
-from router.calibration import TtftDistribution
 from router.config import parse_config
-from router.keep_warm import KeepWarm, hot_hours
-from router.state.memory import MemoryStore
-from router.upstream import Upstream, aiohttp_transport
+from router.offline.calibration import TtftDistribution
+from router.request.upstream import Upstream, aiohttp_transport
+from router.spill.keep_warm import KeepWarm, hot_hours
+from router.state.memory.store import MemoryStore
 from tests.conftest import serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
 

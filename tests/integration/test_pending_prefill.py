@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from policies.types import PrefillModel
-from router.prefill import PrefillLearner
-from router.state.base import Slots, StateStore
-from router.state.memory import MemoryStore
-from router.state.redis import RedisStore
+from router.signals.prefill import PrefillLearner
+from router.state.memory.store import MemoryStore
+from router.state.redis.store import RedisStore
+from router.state.roles import StateStore
+from router.state.slots import Slots
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bench.plan_vs_replay import compare
-from router.planner.model import Plan
+from router.offline.planner.model import Plan
 from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, Sim, run_cli
 

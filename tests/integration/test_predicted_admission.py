@@ -16,9 +16,9 @@ from policies.base import Reason, RequestContext
 from policies.predicted_ttft import PredictedTtftFirst
 from router.app import create_app
 from router.config import parse_config
-from router.signals import Signals
+from router.signals.loop import Signals
 from router.sim.profile import Kind, SimProfile
-from router.state.memory import MemoryStore
+from router.state.memory.store import MemoryStore
 from tests.conftest import serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
 

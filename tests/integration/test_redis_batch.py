@@ -1,4 +1,4 @@
-"""Auto-pipelining (router/state/redis_batch.py) against a real redis-server: commands issued
+"""Auto-pipelining (router/state/redis/batch.py) against a real redis-server: commands issued
 together share round trips, every caller gets its own reply or error, and a script the server
 forgot is loaded again."""
 
@@ -16,10 +16,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from router.state.base import Slots
 from router.state.latency import CountBook, LatencyBook, Metric
-from router.state.redis import RedisStore
-from router.state.redis_batch import MAX_BATCH, Batcher
+from router.state.redis.address import parse_url
+from router.state.redis.batch import MAX_BATCH, Batcher
+from router.state.redis.store import RedisStore
+from router.state.slots import Slots
 
 
 @pytest.fixture
@@ -30,8 +31,8 @@ async def client(redis_url: str) -> AsyncIterator[Redis]:
 
 
 @pytest.fixture
-async def batch(client: Redis) -> AsyncIterator[Batcher]:
-    batch = Batcher(client)
+async def batch(redis_url: str) -> AsyncIterator[Batcher]:
+    batch = Batcher(parse_url(redis_url))
     yield batch
     await batch.close()
 
@@ -62,14 +63,12 @@ async def test_a_cancelled_caller_leaves_the_others_their_replies(batch):
 
 
 async def test_every_caller_gets_an_error_when_redis_is_gone():
-    client = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
-    batch = Batcher(client)
+    batch = Batcher(parse_url("redis://127.0.0.1:1/0"), timeout_s=0.5)
     try:
         results = await asyncio.gather(*(batch.call("PING") for _ in range(3)), return_exceptions=True)
         assert all(isinstance(r, RedisError) for r in results), results
     finally:
         await batch.close()
-        await client.aclose()
 
 
 async def test_the_acquire_script_is_loaded_again_after_script_flush(redis_url):
@@ -103,9 +102,8 @@ async def test_concurrent_acquires_and_releases_leave_no_lease(redis_url, concur
 
 
 async def test_a_line_that_stops_answering_is_cut_and_the_next_command_reconnects(redis_url):
-    client = Redis.from_url(redis_url, socket_timeout=0.3)  # the line's watchdog timeout
     admin = Redis.from_url(redis_url)
-    batch = Batcher(client)
+    batch = Batcher(parse_url(redis_url), timeout_s=0.3)  # the line's watchdog timeout
     try:
         assert await batch.call("PING") == b"PONG"
         await admin.client_pause(1500, all=True)  # Redis holds every client's replies
@@ -118,14 +116,12 @@ async def test_a_line_that_stops_answering_is_cut_and_the_next_command_reconnect
         assert await batch.call("INCR", "m") == 1  # a new connection
     finally:
         await batch.close()
-        await client.aclose()
         await admin.aclose()
 
 
 async def test_a_connection_killed_in_flight_fails_its_commands_and_the_line_recovers(redis_url):
-    client = Redis.from_url(redis_url)
     admin = Redis.from_url(redis_url)
-    batch = Batcher(client)
+    batch = Batcher(parse_url(redis_url))
     try:
         await batch.call("CLIENT", "SETNAME", "line")
         # a blocking command holds the line; killing the connection fails it and the one behind it
@@ -139,13 +135,12 @@ async def test_a_connection_killed_in_flight_fails_its_commands_and_the_line_rec
         assert await batch.call("INCR", "k") == 1
     finally:
         await batch.close()
-        await client.aclose()
         await admin.aclose()
 
 
 async def test_a_closed_batcher_sends_what_lingers_first(redis_url):
     client = Redis.from_url(redis_url)
-    batch = Batcher(client)
+    batch = Batcher(parse_url(redis_url))
     try:
         lazy = asyncio.ensure_future(batch.call("SET", "released", "1", lazy=True))
         await asyncio.sleep(0)  # queued, lingering for company
@@ -161,13 +156,11 @@ def test_the_line_works_on_uvloop_as_served(redis_url):
     must take over the socket there too (the other tests run on pytest's asyncio loop)."""
 
     async def round_trips() -> list[Any]:
-        client = Redis.from_url(redis_url)
-        batch = Batcher(client)
+        batch = Batcher(parse_url(redis_url))
         try:
             return await asyncio.gather(*(batch.call("INCR", "uv") for _ in range(20)))
         finally:
             await batch.close()
-            await client.aclose()
 
     assert sorted(uvloop.run(round_trips())) == list(range(1, 21))
 

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from router.state.base import Slots
 from router.state.latency import Metric
-from router.state.redis import RedisStore
+from router.state.redis.store import RedisStore
+from router.state.slots import Slots
 from tests.integration.test_shared_state import (
     CAPACITY,
     _route_via,

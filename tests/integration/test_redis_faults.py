@@ -15,10 +15,10 @@ import redis
 from policies.types import Snapshot
 from router.app import create_app
 from router.config import parse_config
-from router.keep_warm import KeepWarm
-from router.state.base import Slots
-from router.state.redis import RedisStore
-from router.upstream import Upstream, aiohttp_transport
+from router.request.upstream import Upstream, aiohttp_transport
+from router.spill.keep_warm import KeepWarm
+from router.state.redis.store import RedisStore
+from router.state.slots import Slots
 from tests.conftest import serverless_profile
 from tests.servers import Sim, ThreadServer
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.replay import load, window
+from router.offline.replay import load, window
 from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, Sim, run_cli
 

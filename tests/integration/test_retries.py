@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from router.app import create_app
-from router.budget import retry_budget
 from router.config import RetryConfig, parse_config
-from router.records import ACCESS_LOG
+from router.record.records import ACCESS_LOG
+from router.request.budget import retry_budget
 from tests.conftest import dedicated_profile, serverless_profile
 from tests.servers import Sim, ThreadServer
 

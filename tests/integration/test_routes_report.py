@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from router.report import cv_verdict, parse_window
+from router.economics.routes_report import cv_verdict, parse_window
 from router.sim.profile import SERVERLESS_PRESETS
 from router.state.latency import RELATIVE_ACCURACY
 from tests.conftest import dedicated_profile, serverless_profile

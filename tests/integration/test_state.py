@@ -12,11 +12,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
-from router.state.base import Slots, StateStore, StoreUnreachableAtStart
 from router.state.latency import Metric
-from router.state.memory import MemoryStore
-from router.state.redis import RedisStore
-from router.state.redis_scripts import ACQUIRE, REMOVE
+from router.state.memory.store import MemoryStore
+from router.state.redis.scripts import ACQUIRE, REMOVE
+from router.state.redis.store import RedisStore
+from router.state.roles import StateStore, StoreUnreachableAtStart
+from router.state.slots import Slots
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -200,7 +201,7 @@ async def test_redis_store_recovers_by_itself_when_redis_comes_back(redis_url):
         shared = await store.try_acquire("p", Slots(4))
         assert shared is not None and not shared.token.startswith("local:")
         await store.release(local)  # a local lease is released locally, not in Redis
-        assert await store._redis.zcard(store.key("p")) == 1
+        assert await store._batch.call("ZCARD", store.key("p")) == 1
     finally:
         await store.close()
 
@@ -252,7 +253,7 @@ async def test_redis_drops_a_waiter_whose_replica_stopped_polling(redis_url):
     try:
         holder = await alive.try_acquire("p", Slots(1))
         # a waiter that joins the line once and then never polls again (its replica died)
-        keys = dead._acquire_keys("p", "ghost")
+        keys = dead._keys.acquire("p", "ghost")
         raw = Redis.from_url(redis_url)
         assert not await raw.eval(ACQUIRE, len(keys), *keys, 1, "ghost", 30000, "1", 1000, 1, 64, 0, -1)
         await raw.aclose()
@@ -272,14 +273,14 @@ async def test_redis_a_removal_that_arrives_before_its_acquire_leaves_nothing(re
     store = RedisStore(redis_url, ["p"])
     raw = Redis.from_url(redis_url)
     try:
-        keys = store._acquire_keys("p", "late")
+        keys = store._keys.acquire("p", "late")
         assert await raw.eval(REMOVE, len(keys), *keys, "late", weight, 30000)
         args = [4, "late", 30000, wait, 1000, weight, 64, 500, -1]
         assert await raw.eval(ACQUIRE, len(keys), *keys, *args) == 0
         assert await raw.zcard(keys[0]) == 0  # no slot
         assert await raw.zcard(keys[1]) == 0  # not in line
         assert int(await raw.get(keys[4]) or 0) == 0  # no pending prompt tokens
-        other = store._acquire_keys("p", "other")  # the tombstone is that token's alone
+        other = store._keys.acquire("p", "other")  # the tombstone is that token's alone
         assert await raw.eval(ACQUIRE, len(other), *other, 4, "other", 30000, wait, 1000, 1, 64, 0, -1) == 1
     finally:
         await raw.aclose()
@@ -399,7 +400,7 @@ async def test_redis_refuses_to_start_unreachable_unless_told_to_start_degraded(
 
 
 async def test_tasks_still_count_while_redis_is_away_and_say_so_once(caplog):
-    from router.tasks import TaskLedger  # noqa: PLC0415
+    from router.record.tasks import TaskLedger  # noqa: PLC0415
 
     store = RedisStore("redis://127.0.0.1:1/0", ["p"], routes=["m/a"])  # nothing listens there
     ledger = TaskLedger(store, ttl_s=60)

@@ -1,4 +1,4 @@
-"""The tasks half of the state-store contract (router/tasks.py), against the memory store and
+"""The tasks half of the state-store contract (router/record/tasks.py), against the memory store and
 a real redis-server: a task belongs to its caller, feedback is applied only by its owner (or
 the admin), and failure feedback ahead of its request is kept within a bound per caller that
 never displaces a real task."""
@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from router.state.base import StateStore
-from router.state.memory import MemoryStore
-from router.state.redis import RedisStore
-from router.tasks import EarlyBound, FeedbackResult, Settlement, TaskState, task_name
+from router.record.tasks import task_name
+from router.state.memory.store import MemoryStore
+from router.state.redis.store import RedisStore
+from router.state.roles import StateStore
+from router.state.tasks import EarlyBound, FeedbackResult, Settlement, TaskState
 
 EARLY = EarlyBound(max_per_caller=5, keep_s=60)
 A, B = "key-aaaaaaaaaaaa", "key-bbbbbbbbbbbb"

@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.app import create_app
-from router.telemetry import Telemetry, otlp_configured
+from router.record.telemetry import Telemetry, otlp_configured
 from tests.conftest import dedicated_profile, gateway_config, serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
 

@@ -19,7 +19,7 @@ from router.config import (
     ServerlessEndpoint,
     SloConfig,
 )
-from router.signals import EngineScrapeError, parse_engine_metrics
+from router.signals.loop import EngineScrapeError, parse_engine_metrics
 
 D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=4)
 S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")

@@ -21,7 +21,7 @@ from router.config import (
     SloConfig,
     parse_config,
 )
-from router.prefill import PrefillLearner
+from router.signals.prefill import PrefillLearner
 
 D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=64)
 D2 = DedicatedEndpoint(name="d2", base_url="http://d2/v1", model="x", max_concurrency=64)

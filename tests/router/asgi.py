@@ -16,8 +16,8 @@ from fastapi import FastAPI
 
 from router.app import create_app
 from router.config import Endpoint, parse_config
-from router.records import Recorder, RequestRecord
-from router.telemetry import Telemetry
+from router.record.records import Recorder, RequestRecord
+from router.record.telemetry import Telemetry
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 

@@ -1,5 +1,5 @@
 """The walk over a decision's targets, as tables: events in, then where the cursor is, what
-the reason says, and how a served request is described (router/attempts.py)."""
+the reason says, and how a served request is described (router/request/walk.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from policies.base import Reason
 from policies.types import EndpointKind
-from router.attempts import Walk, tidegate_headers
-from router.records import Attempt, Outcome
+from router.record.records import Attempt, Outcome
+from router.request.walk import Walk, tidegate_headers
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""No caller can steer the canary (router/canary_callers.py): each caller weighs at most a
+"""No caller can steer the canary (router/canary/weights.py): each caller weighs at most a
 bounded share of a side, sides are compared over the callers they share, and what is the
 caller's own doing (an answer cut by its max_tokens, an upstream 4xx for the request, leaving
 early) is not the route's failure. Tables of inputs, then the whole app in-process."""
@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from policies.canary import bucket
-from router.canary_analysis import Verdict
-from router.canary_callers import CallerCounts, callers_of, capped_weights, like_with_like, rates
+from router.canary.analysis import Verdict
+from router.canary.weights import capped_weights, like_with_like, rates
+from router.record.callers import CallerCounts, callers_of
 from tests.router.asgi import MockUpstreams, asgi_gateway, model_yaml
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from router.canary_analysis import Side, Verdict, analyse
-from router.canary_controller import CanaryConflict, CanaryRun, _admin_action, decide
+from router.canary.analysis import Side, Verdict, analyse
+from router.canary.controller import CanaryConflict, CanaryRun, _admin_action, decide
 from router.config import CanaryChecks, CanaryControllerConfig, ConfigError, parse_config
 
 HEALTHY = Side(

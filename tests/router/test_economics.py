@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from router.economics import (
+from router.economics.cost import (
     ScheduledReplicas,
     break_even_utilization,
     cost_per_task_at,

@@ -1,10 +1,10 @@
-"""router/heap.py: what exists when serving starts is frozen, and young collections are spaced."""
+"""router/cli/heap.py: what exists when serving starts is frozen, and young collections are spaced."""
 
 from __future__ import annotations
 
 import gc
 
-from router import heap
+from router.cli import heap
 
 
 def test_settle_freezes_the_startup_heap_and_spaces_young_collections():

@@ -1,4 +1,4 @@
-"""The hedge race (router/hedge.py) and its share cap. The property: whatever order the two
+"""The hedge race (router/request/hedge.py) and its share cap. The property: whatever order the two
 attempts answer or fail in, and wherever the request is cancelled, at most one answer is
 returned, every other answer is discarded exactly once (its slot released), and no attempt is
 left running."""
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from router.budget import hedge_budget
 from router.config import HedgeConfig
-from router.hedge import race
+from router.request.budget import hedge_budget
+from router.request.hedge import race
 
 
 @dataclass

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from router.calibration import DEDICATED, SERVERLESS, TtftDistribution
 from router.config import ConfigError
-from router.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route, simulate
-from router.planner.sweep import Grid, break_even, choose, evaluate, pareto
-from router.replay import Arrival, load, window
-from router.timelapse import scale_config
+from router.offline.calibration import DEDICATED, SERVERLESS, TtftDistribution
+from router.offline.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route, simulate
+from router.offline.planner.sweep import Grid, break_even, choose, evaluate, pareto
+from router.offline.replay import Arrival, load, window
+from router.offline.timelapse import scale_config
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 D = DEDICATED["deepseek-r1-h200"]

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from router.errors import UpstreamTimeout
-from router.relay import SseRelay, StreamResult, first_events, relay_stream
+from router.request.relay import SseRelay, StreamResult, first_events, relay_stream
 
 
 def chunk(content: str | None, *, usage: dict[str, int] | None = None, choices: bool = True) -> bytes:
@@ -141,7 +141,7 @@ def test_a_chunk_of_many_events_counts_and_finds_the_same_as_one_event_at_a_time
     )
     parsed: list[bytes] = []
     loads = orjson.loads
-    monkeypatch.setattr("router.relay.orjson.loads", lambda data: parsed.append(data) or loads(data))
+    monkeypatch.setattr("router.request.relay.orjson.loads", lambda data: parsed.append(data) or loads(data))
     out, at_once = relay_all([stream], drop_usage=False)
     assert out == one_at_a_time_out == stream
     assert at_once.output_events == one_at_a_time.output_events == 18

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.replay import Arrival, load, per_minute, scale_rate, summary, window
+from router.offline.replay import Arrival, load, per_minute, scale_rate, summary, window
 
 # The first 20 minutes of the public Azure LLM inference traces (2023), kept in the repository
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"

@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from router.state.base import Slots
+from router.state.slots import Slots
 from tests.router.asgi import (
     Handler,
     MockUpstreams,
@@ -299,7 +299,7 @@ async def test_the_lean_path_keeps_headers_metrics_and_the_access_line(caplog):
     """The proxied paths bypass FastAPI's middleware: nothing they owe the operator is lost."""
     import logging  # noqa: PLC0415
 
-    from router.records import ACCESS_LOG  # noqa: PLC0415
+    from router.record.records import ACCESS_LOG  # noqa: PLC0415
 
     upstreams = MockUpstreams({"ded": answers(OK)})
     async with asgi_gateway(model_yaml(), upstreams) as gw:

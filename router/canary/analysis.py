@@ -1,0 +1,201 @@
+"""One canary analysis: dedicated against serverless over the same interval, judged on what
+matters for LLM serving (TTFT tail, inter-token latency, errors, success, cost per success).
+
+Pure functions of the interval's merged figures: the controller (router/canary/controller.py)
+gathers them from the store, `tidegate canary plan` shows them without acting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from router.canary.weights import Rates
+from router.config import CanaryChecks
+from router.economics.cost import per_success
+
+PASS, FAIL, NO_DATA = "pass", "fail", "no_data"
+
+
+class Verdict(StrEnum):
+    PASS = "pass"  # every check passed: step up
+    FAIL = "fail"  # a check failed: count towards failure_threshold
+    INCONCLUSIVE = "inconclusive"  # too few samples on a side: hold
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side's figures over the interval (None: no samples for that figure). `requests`,
+    `errors` and `successes` are those the route answers for (router/canary/weights.py);
+    with `weighted` set, the rates are its caller-weighted ones."""
+
+    requests: int = 0
+    errors: int = 0
+    successes: int = 0
+    ttft_p95_ms: float | None = None
+    itl_p50_ms: float | None = None
+    cost_usd: float = 0.0
+    successful_tasks: float = 0.0
+    weighted: Rates | None = None
+
+    @property
+    def error_rate(self) -> float | None:
+        if self.weighted is not None:
+            return self.weighted.error_rate
+        return self.errors / self.requests if self.requests else None
+
+    @property
+    def success_rate(self) -> float | None:
+        if self.weighted is not None:
+            return self.weighted.success_rate
+        return self.successes / self.requests if self.requests else None
+
+    @property
+    def callers(self) -> int | None:
+        return self.weighted.callers if self.weighted is not None else None
+
+    @property
+    def cost_per_success(self) -> float | None:
+        return per_success(self.cost_usd, self.successful_tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    result: str  # pass, fail, no_data
+    dedicated: float | None
+    serverless: float | None
+    limit: float
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    verdict: Verdict
+    reason: str
+    dedicated: Side
+    serverless: Side
+    checks: tuple[Check, ...] = field(default=())
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "dedicated": _side_json(self.dedicated),
+            "serverless": _side_json(self.serverless),
+            "checks": [c.as_json() for c in self.checks],
+        }
+
+
+def _side_json(side: Side) -> dict[str, Any]:
+    weighted = side.weighted
+    return {k: v for k, v in asdict(side).items() if k != "weighted"} | {
+        "error_rate": side.error_rate,
+        "success_rate": side.success_rate,
+        "cost_per_success": side.cost_per_success,
+        "callers": side.callers,
+        "top_caller_share": weighted.top_share if weighted is not None else None,
+    }
+
+
+def _ratio(
+    check: str, dedicated: float | None, serverless: float | None, limit: float, *, at_most: bool
+) -> Check:
+    if dedicated is None or serverless is None or serverless <= 0:
+        return Check(check, NO_DATA, dedicated, serverless, limit)
+    ratio = dedicated / serverless
+    ok = ratio <= limit if at_most else ratio >= limit
+    return Check(check, PASS if ok else FAIL, dedicated, serverless, limit)
+
+
+def _ceiling(check: str, value: float | None, limit: float) -> Check:
+    result = NO_DATA if value is None else PASS if value <= limit else FAIL
+    return Check(check, result, value, None, limit)
+
+
+def analyse(
+    dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples: int, min_callers: int = 1
+) -> Analysis:
+    """Every configured check; FAIL if any failed, else INCONCLUSIVE when a side has fewer
+    than `min_samples` requests or a check had no data, else PASS. A failure on thin data
+    still counts: a dedicated side erroring on its few requests is not a reason to wait. A
+    verdict whose rates rest on fewer than `min_callers` callers says so in its reason."""
+    found = _analyse(dedicated, serverless, checks, min_samples)
+    few = [
+        f"{name} {side.callers}"
+        for name, side in (("dedicated", dedicated), ("serverless", serverless))
+        if side.callers is not None and side.callers < min_callers
+    ]
+    if not few:
+        return found
+    caution = f" (rests on few callers: {', '.join(few)}; min_callers {min_callers})"
+    return replace(found, reason=found.reason + caution)
+
+
+def _analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples: int) -> Analysis:
+    ratios = (  # (check, dedicated, serverless, limit, the ratio must be at most the limit)
+        ("ttft_p95_ratio", dedicated.ttft_p95_ms, serverless.ttft_p95_ms, checks.ttft_p95_max_ratio, True),
+        ("itl_p50_ratio", dedicated.itl_p50_ms, serverless.itl_p50_ms, checks.itl_p50_max_ratio, True),
+        (
+            "success_rate_ratio",
+            dedicated.success_rate,
+            serverless.success_rate,
+            checks.success_rate_min_ratio,
+            False,
+        ),
+        (
+            "cost_per_success_ratio",
+            dedicated.cost_per_success,
+            serverless.cost_per_success,
+            checks.cost_per_success_max_ratio,
+            True,
+        ),
+    )
+    error_percent = None if dedicated.error_rate is None else dedicated.error_rate * 100
+    absolutes = (  # (check, dedicated's figure, its ceiling)
+        ("ttft_p95_ms", dedicated.ttft_p95_ms, checks.ttft_p95_max_ms),
+        ("error_rate_percent", error_percent, checks.error_rate_max_percent),
+    )
+    results = [
+        _ratio(name, d, sl, limit, at_most=most) for name, d, sl, limit, most in ratios if limit is not None
+    ]
+    results += [_ceiling(name, value, limit) for name, value, limit in absolutes if limit is not None]
+    failed = [c.name for c in results if c.result == FAIL]
+    thin = [
+        name
+        for name, side in (("dedicated", dedicated), ("serverless", serverless))
+        if side.requests < min_samples
+    ]
+    if failed and not (thin and all(_noise_on_thin_data(name) for name in failed)):
+        return Analysis(Verdict.FAIL, "failed: " + ", ".join(failed), dedicated, serverless, tuple(results))
+    if thin:
+        reason = " and ".join(
+            f"{name} has {(dedicated if name == 'dedicated' else serverless).requests}" for name in thin
+        )
+        return Analysis(
+            Verdict.INCONCLUSIVE,
+            f"too few requests ({reason}; min_samples {min_samples})",
+            dedicated,
+            serverless,
+            tuple(results),
+        )
+    missing = [c.name for c in results if c.result == NO_DATA]
+    if missing:
+        return Analysis(
+            Verdict.INCONCLUSIVE, "no data for: " + ", ".join(missing), dedicated, serverless, tuple(results)
+        )
+    return Analysis(Verdict.PASS, "every check passed", dedicated, serverless, tuple(results))
+
+
+def _noise_on_thin_data(check: str) -> bool:
+    """Latency, success and cost ratios on thin data are noise; errors on thin data are errors."""
+    return check in (
+        "ttft_p95_ratio",
+        "itl_p50_ratio",
+        "ttft_p95_ms",
+        "success_rate_ratio",
+        "cost_per_success_ratio",
+    )

@@ -1,0 +1,468 @@
+"""The canary controller: moves a model's canary percent step by step toward dedicated, judged
+every `interval_s` on dedicated-vs-serverless figures (router/canary/analysis.py), with
+automatic rollback. The percent it sets is the one the gateway already obeys (the canary gate
+is sticky, so a raise only adds keys).
+
+A run is a state machine per model, persisted in the state store with a version:
+`idle -> progressing -> promoted`, or `paused`, or `rolled_back`. Exactly one replica acts: the
+holder of a leader lease in the store, renewed every tick; every write of the leader is fenced
+by that lease and by the version it read, so a paused old leader cannot write after losing the
+lease and an admin's action is never overwritten by an analysis that read the run before it.
+Killing the leader hands over within `state.leader_ttl_s`, and the next leader continues from
+the persisted run. Admin actions (start, pause, resume, abort, promote, a manual `canary set`)
+work from any replica; a manual set pauses a run in progress: the human wins.
+
+Every analysis is an event in the run's history (kept to `HISTORY` events) and one JSON line
+on the `tidegate.canary` logger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Protocol
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from policies.types import Snapshot, route_key
+from router.canary.analysis import Analysis, Side, Verdict, analyse
+from router.canary.weights import Rates, like_with_like
+from router.config import CanaryControllerConfig, GatewayConfig, ModelConfig
+from router.economics.costs import provisioned
+from router.errors import ClientError, StoreUnavailable
+from router.periodic import stop
+from router.record.callers import callers_of
+from router.state.latency import Counts, Histogram, Metric, add_counts
+
+log = logging.getLogger("tidegate")
+events_log = logging.getLogger("tidegate.canary")
+
+HISTORY = 200  # events kept per model
+TICK_S = 1.0  # how often the controller renews its lease and looks at the runs
+_CAS_TRIES = 8
+
+IDLE, PROGRESSING, PAUSED, PROMOTED, ROLLED_BACK = "idle", "progressing", "paused", "promoted", "rolled_back"
+ACTIONS = ("start", "pause", "resume", "abort", "promote")
+
+
+class CanaryConflict(ClientError):
+    status = 409
+    code = "canary_conflict"
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryRun:
+    state: str = IDLE
+    step: int = -1  # index into the model's plan of percents
+    percent: float = 0.0
+    failures: int = 0  # failed analyses in a row
+    next_at: float | None = None  # wall-clock time of the next analysis
+    started_at: float | None = None
+    updated_at: float | None = None
+    note: str = ""
+
+    def as_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, raw: bytes | None) -> CanaryRun:
+        if not raw:
+            return cls()
+        found = orjson.loads(raw)
+        return cls(**{k: v for k, v in found.items() if k in cls.__dataclass_fields__})
+
+
+class CanaryStore(Protocol):
+    async def lead(self, token: str, ttl_s: float) -> bool: ...
+
+    async def resign(self, token: str) -> None: ...
+
+    async def canary_run(self, model: str) -> tuple[int, bytes | None]: ...
+
+    async def canary_history(self, model: str, limit: int) -> list[bytes]: ...
+
+    async def write_canary(
+        self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
+    ) -> int: ...
+
+    async def set_canary(self, model: str, percent: float) -> None: ...
+
+    async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]: ...
+
+    async def latency_window(
+        self, routes: Sequence[str], metric: Metric, window_s: float
+    ) -> dict[str, Histogram]: ...
+
+
+class CanaryController:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: CanaryStore,
+        snapshot: Callable[[], Snapshot],
+        registry: CollectorRegistry | None = None,
+        *,
+        tick_s: float = TICK_S,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._snapshot = snapshot
+        self._tick_s = tick_s
+        self._ttl_s = config.state.leader_ttl_s
+        self.token = f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
+        self.leading = False
+        self._models = {name: m for name, m in config.models.items() if m.canary is not None}
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._analyses = Counter(
+            "tidegate_canary_analysis",
+            "Canary analyses by the controller, by verdict",
+            ("model", "result"),
+            registry=registry,
+        )
+        if registry is not None:
+            registry.register(_CanaryGauges(config, snapshot))
+
+    # --- the leader's loop ----------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._models and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        await stop(self._task, self._stop)
+        self._task = None
+        if self.leading:
+            with contextlib.suppress(StoreUnavailable, OSError):
+                await self._store.resign(self.token)
+            self.leading = False
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.tick()
+            except StoreUnavailable as exc:
+                self.leading = False
+                log.warning("canary controller: the store is unreachable, not acting: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._tick_s)
+
+    async def tick(self) -> None:
+        was_leading = self.leading
+        self.leading = await self._store.lead(self.token, self._ttl_s)
+        if self.leading != was_leading:
+            log.info("canary controller %s: %s", self.token, "leading" if self.leading else "not leading")
+        if not self.leading:
+            return
+        for model, config in self._models.items():
+            await self._advance(model, config)
+            if not self.leading:
+                return
+
+    async def _advance(self, model: str, config: ModelConfig) -> None:
+        canary = config.canary
+        assert canary is not None
+        version, raw = await self._store.canary_run(model)
+        run = CanaryRun.parse(raw)
+        now = time.time()
+        if run.state == IDLE and run.started_at is None and canary.start == "auto":
+            await self._write(model, version, _started(canary, now), "start", None, leader=True, before=run)
+            return
+        if run.state != PROGRESSING:
+            return
+        if self._snapshot().canary_percent.get(model) != run.percent:  # a lost write, re-asserted
+            await self._store.set_canary(model, run.percent)
+        if run.next_at is not None and now < run.next_at:
+            return
+        analysis = await self.analyse(model, config)
+        self._analyses.labels(model, analysis.verdict.value).inc()
+        after, action = decide(run, analysis, canary, now)
+        await self._write(model, version, after, action, analysis, leader=True, before=run)
+
+    async def _write(
+        self,
+        model: str,
+        version: int,
+        run: CanaryRun,
+        action: str,
+        analysis: Analysis | None,
+        *,
+        leader: bool,
+        before: CanaryRun | None = None,
+    ) -> int:
+        """Persist `run` (fenced, versioned) with its event; then set the live percent."""
+        previous = None
+        if before is not None:  # a run that never started had the configured (or set) percent
+            live = self._snapshot().canary_percent.get(model, self._config.models[model].canary_percent)
+            previous = before.percent if before.started_at is not None else live
+        event = {
+            "at": time.time(),
+            "model": model,
+            "action": action,
+            "state": run.state,
+            "percent": run.percent,
+            "percent_before": previous,
+            "by": self.token if leader else "admin",
+            "verdict": analysis.verdict.value if analysis else None,
+            "reason": analysis.reason if analysis else run.note,
+            "analysis": analysis.as_json() if analysis else None,
+        }
+        written = await self._store.write_canary(
+            model,
+            run.as_json(),
+            orjson.dumps(event),
+            version=version,
+            leader=self.token if leader else None,
+            history=HISTORY,
+        )
+        if written == 0:
+            self.leading = False  # fenced out: another replica leads now
+            return written
+        if written > 0:
+            await self._store.set_canary(model, run.percent)
+            events_log.info(orjson.dumps({k: v for k, v in event.items() if k != "analysis"}).decode())
+        return written
+
+    # --- figures ----------------------------------------------------------------------------
+
+    async def analyse(self, model: str, config: ModelConfig) -> Analysis:
+        """Dedicated against serverless over the last interval (merged across replicas)."""
+        canary = config.canary
+        assert canary is not None
+        window = canary.interval_s
+        dedicated = [route_key(model, e.name) for e in config.dedicated]
+        serverless = [route_key(model, e.name) for e in config.serverless]
+        routes = dedicated + serverless
+        counts = await self._store.counts_window(routes, window)
+        ttft = await self._store.latency_window(routes, Metric.TTFT, window)
+        itl = await self._store.latency_window(routes, Metric.ITL, window)
+        now = time.time()
+        ded_cost = sum(provisioned(e, now - window, now).cost_usd for e in config.dedicated)
+        ded_rates, sl_rates = like_with_like(
+            callers_of(counts.get(r, {}) for r in dedicated),
+            callers_of(counts.get(r, {}) for r in serverless),
+            canary.max_caller_share,
+        )
+        return analyse(
+            _side(dedicated, counts, ttft, itl, cost=ded_cost, weighted=ded_rates),
+            _side(serverless, counts, ttft, itl, cost=None, weighted=sl_rates),
+            canary.checks,
+            canary.min_samples,
+            canary.min_callers,
+        )
+
+    # --- admin (any replica) ------------------------------------------------------------
+
+    def controlled(self, model: str) -> CanaryControllerConfig:
+        config = self._config.models[model].canary
+        if config is None:
+            raise CanaryConflict(f"model {model} has no canary controller configured (models.{model}.canary)")
+        return config
+
+    async def act(self, model: str, action: str) -> CanaryRun:
+        """start, pause, resume, abort or promote, whatever the leader is doing."""
+        canary = self.controlled(model)
+        for _ in range(_CAS_TRIES):
+            version, raw = await self._store.canary_run(model)
+            before = CanaryRun.parse(raw)
+            after = _admin_action(before, action, canary, time.time())
+            written = await self._write(model, version, after, action, None, leader=False, before=before)
+            if written > 0:
+                return after
+        raise CanaryConflict(f"the canary run of {model} kept changing; try again")
+
+    async def manual_set(self, model: str, percent: float) -> None:
+        """A person set the percent: a run in progress pauses (the human wins), recorded."""
+        if model not in self._models:
+            return
+        for _ in range(_CAS_TRIES):
+            version, raw = await self._store.canary_run(model)
+            before = CanaryRun.parse(raw)
+            if before.state != PROGRESSING:
+                return
+            note = f"paused: canary set to {percent:g}% by hand"
+            after = replace(before, state=PAUSED, percent=percent, note=note, updated_at=time.time())
+            if await self._write(model, version, after, "manual_set", None, leader=False, before=before) > 0:
+                return
+
+    async def status(self, model: str, history: int = 20) -> dict[str, Any]:
+        canary = self.controlled(model)
+        version, raw = await self._store.canary_run(model)
+        run = CanaryRun.parse(raw)
+        events = [orjson.loads(e) for e in await self._store.canary_history(model, history)]
+        return {
+            "model": model,
+            "run": asdict(run),
+            "version": version,
+            "live_percent": self._snapshot().canary_percent.get(
+                model, self._config.models[model].canary_percent
+            ),
+            "plan": list(canary.plan()),
+            "interval_s": canary.interval_s,
+            "next_analysis_in_s": max(0.0, run.next_at - time.time())
+            if run.next_at and run.state == PROGRESSING
+            else None,
+            "history": events,
+            "this_replica": {"token": self.token, "leading": self.leading},
+        }
+
+    async def plan_now(self, model: str) -> dict[str, Any]:
+        """What the controller would do now on the current window, without doing it."""
+        canary = self.controlled(model)
+        run = CanaryRun.parse((await self._store.canary_run(model))[1])
+        analysis = await self.analyse(model, self._config.models[model])
+        probe = run if run.state == PROGRESSING else _started(canary, time.time())
+        after, action = decide(probe, analysis, canary, time.time())
+        return {
+            "model": model,
+            "state": run.state,
+            "percent": probe.percent,
+            "would": action,
+            "percent_after": after.percent,
+            "analysis": analysis.as_json(),
+        }
+
+
+def _side(
+    routes: Iterable[str],
+    counts: dict[str, Counts],
+    ttft: dict[str, Histogram],
+    itl: dict[str, Histogram],
+    *,
+    cost: float | None,
+    weighted: Rates,
+) -> Side:
+    """One side's figures: the requests its routes answer for, by caller (failed attempts that
+    failed over among its errors), and its caller-weighted rates."""
+    total: Counts = {}
+    ttft_all, itl_all = Histogram(), Histogram()
+    for route in routes:
+        add_counts(total, counts.get(route, {}))
+        ttft_all.merge(ttft.get(route, Histogram()))
+        itl_all.merge(itl.get(route, Histogram()))
+    answered = callers_of([total]).values()
+    ttft_figures, itl_figures = ttft_all.figures(), itl_all.figures()
+    return Side(
+        requests=int(sum(c.requests for c in answered)),
+        errors=int(sum(c.errors for c in answered)),
+        successes=int(sum(c.successes for c in answered)),
+        weighted=weighted,
+        ttft_p95_ms=ttft_figures.p95 if ttft_figures else None,
+        itl_p50_ms=itl_figures.p50 if itl_figures else None,
+        cost_usd=total.get("cost_usd", 0.0) if cost is None else cost,
+        successful_tasks=total.get("tasks_ok", 0.0),
+    )
+
+
+def _started(canary: CanaryControllerConfig, now: float) -> CanaryRun:
+    plan = canary.plan()
+    return CanaryRun(PROGRESSING, 0, plan[0], 0, now + canary.interval_s, now, now, "started")
+
+
+def decide(
+    run: CanaryRun, analysis: Analysis, canary: CanaryControllerConfig, now: float
+) -> tuple[CanaryRun, str]:
+    """The next run after an analysis, and the action's name."""
+    plan = canary.plan()
+    later = now + canary.interval_s
+    if analysis.verdict is Verdict.PASS:
+        step = run.step + 1
+        if step >= len(plan) - 1:
+            return replace(
+                run,
+                state=PROMOTED,
+                step=len(plan) - 1,
+                percent=plan[-1],
+                failures=0,
+                next_at=None,
+                updated_at=now,
+                note="promoted",
+            ), "promote"
+        return replace(
+            run,
+            step=step,
+            percent=plan[step],
+            failures=0,
+            next_at=later,
+            updated_at=now,
+            note=f"step {step + 1} of {len(plan)}",
+        ), "step_up"
+    if analysis.verdict is Verdict.INCONCLUSIVE:
+        return replace(run, next_at=later, updated_at=now, note=analysis.reason), "hold"
+    failures = run.failures + 1
+    if failures < canary.failure_threshold:
+        return replace(
+            run, failures=failures, next_at=later, updated_at=now, note=analysis.reason
+        ), "hold_failed"
+    if canary.on_failure == "rollback":
+        note = f"rolled back after {failures} failed analyses: {analysis.reason}"
+        return replace(
+            run, state=ROLLED_BACK, percent=0.0, failures=failures, next_at=None, updated_at=now, note=note
+        ), "rollback"
+    note = f"paused after {failures} failed analyses: {analysis.reason}"
+    return replace(run, state=PAUSED, failures=failures, next_at=None, updated_at=now, note=note), "pause"
+
+
+def _admin_action(run: CanaryRun, action: str, canary: CanaryControllerConfig, now: float) -> CanaryRun:
+    plan = canary.plan()
+    if action == "start":
+        if run.state == PROGRESSING:
+            raise CanaryConflict("a canary run is already in progress; pause or abort it first")
+        return _started(canary, now)
+    if action == "pause":
+        if run.state != PROGRESSING:
+            raise CanaryConflict(f"only a run in progress can be paused (state: {run.state})")
+        return replace(run, state=PAUSED, next_at=None, updated_at=now, note="paused by an admin")
+    if action == "resume":
+        if run.state != PAUSED or run.step < 0:
+            raise CanaryConflict(f"only a paused run can be resumed (state: {run.state})")
+        percent = plan[min(run.step, len(plan) - 1)]
+        return replace(
+            run,
+            state=PROGRESSING,
+            percent=percent,
+            failures=0,
+            next_at=now + canary.interval_s,
+            updated_at=now,
+            note="resumed",
+        )
+    if action == "abort":
+        return replace(
+            run, state=ROLLED_BACK, percent=0.0, next_at=None, updated_at=now, note="aborted by an admin"
+        )
+    if action == "promote":
+        return replace(
+            run,
+            state=PROMOTED,
+            step=len(plan) - 1,
+            percent=plan[-1],
+            next_at=None,
+            updated_at=now,
+            note="promoted by an admin",
+        )
+    raise CanaryConflict(f"unknown canary action {action!r}; one of {', '.join(ACTIONS)}")
+
+
+class _CanaryGauges(Collector):
+    """tidegate_canary_percent{model}: the live percent every replica obeys."""
+
+    def __init__(self, config: GatewayConfig, snapshot: Callable[[], Snapshot]) -> None:
+        self._config = config
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        live = self._snapshot().canary_percent
+        family = GaugeMetricFamily("tidegate_canary_percent", "The canary percent in force", labels=["model"])
+        for name, model in self._config.models.items():
+            family.add_metric([name], live.get(name, model.canary_percent))
+        return [family]

@@ -1,0 +1,214 @@
+"""The routes report behind `GET /admin/routes` and `tidegate stats`: per model and route, what
+happened over a window, from the histograms and counters every replica merged into the store.
+
+Times are milliseconds; rates are fractions in [0, 1]; `cv_percent` is std / mean x 100 as the
+field notes report it, with their verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from policies.base import Reason
+from policies.types import Figures, Snapshot, route_key
+from router.config import DedicatedEndpoint, GatewayConfig
+from router.economics.costs import Span, model_costs, provisioned
+from router.state.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
+
+_WINDOW = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+UNROUTED = "-"  # the counters of requests that never reached an endpoint
+VERDICT_SAMPLES = 75  # the field notes' minimum before a CV verdict means anything
+
+
+def parse_window(text: str) -> float:
+    """`300`, `30s`, `5m`, `1h`, `1d` -> seconds; ValueError otherwise."""
+    found = _WINDOW.fullmatch(text)
+    if not found:
+        raise ValueError(f"window {text!r} is not a duration like 30s, 5m or 1h")
+    return float(found.group(1)) * _UNIT_S[found.group(2)]
+
+
+def cv_verdict(cv_percent: float) -> str:
+    """The field notes' reading of TTFT variability."""
+    if cv_percent > 300:
+        return "not production-ready"
+    if cv_percent > 100:
+        return "cold starts"
+    if cv_percent >= 40:
+        return "variable"
+    return "solid"
+
+
+def latency(histogram: Histogram) -> dict[str, Any] | None:
+    return figures_json(histogram.figures())
+
+
+def figures_json(figures: Figures | None) -> dict[str, Any] | None:
+    """Latency figures for JSON: ms rounded to 0.01, CV% with its verdict."""
+    if figures is None:
+        return None
+    cv_percent = figures.cv * 100
+    verdict = cv_verdict(cv_percent)
+    if figures.samples < VERDICT_SAMPLES:
+        verdict = f"too few samples (< {VERDICT_SAMPLES})"
+    return {
+        "samples": figures.samples,
+        "p50": round(figures.p50, 2),
+        "p95": round(figures.p95, 2),
+        "p99": round(figures.p99, 2),
+        "mean": round(figures.mean, 2),
+        "std": round(figures.cv * figures.mean, 2),
+        "cv_percent": round(cv_percent, 1),
+        "verdict": verdict,
+    }
+
+
+def _prefixed(counts: Counts, prefix: str) -> dict[str, int]:
+    return {k.removeprefix(prefix): int(v) for k, v in sorted(counts.items()) if k.startswith(prefix)}
+
+
+def _spanned_s(window_s: float, wall: float) -> float:
+    """Seconds the window's whole slices cover up to now (the denominator of utilization)."""
+    return max(wall - window_start(wall, window_s), 1e-9)
+
+
+class Windows(Protocol):
+    """The state store as reports read it: every replica's merged histograms and counters."""
+
+    name: str
+
+    async def latency_window(
+        self, routes: Sequence[str], metric: Metric, window_s: float
+    ) -> dict[str, Histogram]: ...
+
+    async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]: ...
+
+
+LATENCIES = (Metric.TTFT, Metric.ITL, Metric.E2E, Metric.QUEUE)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFigures:
+    """A window's merged figures, read once: histograms by metric and route, counters by route."""
+
+    histograms: dict[Metric, dict[str, Histogram]]
+    counts: dict[str, Counts]
+
+
+def report_routes(config: GatewayConfig) -> list[str]:
+    """The routes a report reads: every configured one, and each model's unrouted counters."""
+    return [*config.route_keys(), *(route_key(m, UNROUTED) for m in config.models)]
+
+
+async def read_window(
+    config: GatewayConfig, store: Windows, window_s: float, metrics: Sequence[Metric] = LATENCIES
+) -> WindowFigures:
+    routes = config.route_keys()
+    histograms = {metric: await store.latency_window(routes, metric, window_s) for metric in metrics}
+    return WindowFigures(histograms, await store.counts_window(report_routes(config), window_s))
+
+
+async def routes_report(
+    config: GatewayConfig, store: Windows, snapshot: Snapshot, window_s: float
+) -> dict[str, Any]:
+    """The report over the last `window_s` seconds; `snapshot` supplies the live in-flight."""
+    figures = await read_window(config, store, window_s)
+    return build_routes_report(config, figures, snapshot, window_s, store.name)
+
+
+def build_routes_report(
+    config: GatewayConfig, figures: WindowFigures, snapshot: Snapshot, window_s: float, store_name: str
+) -> dict[str, Any]:
+    histograms, counts = figures.histograms, figures.counts
+    wall = time.time()
+    spanned = _spanned_s(window_s, wall)
+    span = Span(wall - spanned, wall)
+    models: dict[str, Any] = {}
+    for name, model in config.models.items():
+        per_route: dict[str, Any] = {}
+        for endpoint in model.endpoints:
+            key = route_key(name, endpoint.name)
+            c = counts.get(key, {})
+            requests = int(c.get("requests", 0))
+            entry: dict[str, Any] = {
+                "kind": endpoint.kind.value,
+                "requests": requests,
+                "success_rate": round(1 - c.get("errors", 0) / requests, 4) if requests else None,
+                "ttft_ms": latency(histograms[Metric.TTFT][key]),
+                "itl_p50_ms": _p(histograms[Metric.ITL][key], 0.5),
+                "e2e_p95_ms": _p(histograms[Metric.E2E][key], 0.95),
+                "queue_wait_p95_ms": _p(histograms[Metric.QUEUE][key], 0.95),
+                "reasons": _prefixed(c, "reason:"),
+                "outcomes": _prefixed(c, "outcome:"),
+                "tokens_in": int(c.get("tokens_in", 0)),
+                "tokens_out": int(c.get("tokens_out", 0)),
+            }
+            if isinstance(endpoint, DedicatedEndpoint):
+                in_flight = snapshot.in_flight.get(endpoint.name, 0)
+                entry["in_flight"] = in_flight
+                entry["queue_depth"] = snapshot.queue_depth(endpoint.name)
+                busy_s = c.get("busy_ms", 0.0) / 1000
+                capacity_s = provisioned(endpoint, span.start, span.end).capacity_s
+                entry["utilization"] = round(busy_s / capacity_s, 4) if capacity_s > 0 else 0.0
+                prefill = snapshot.prefill.get(endpoint.name)
+                if prefill is not None:  # predicted-TTFT admission: what it predicts from
+                    entry["pending_prompt_tokens"] = snapshot.pending_prompt_tokens.get(endpoint.name, 0)
+                    entry["prefill_model"] = {
+                        "tokens_per_s": round(prefill.tokens_per_s, 1),
+                        "overhead_ms": round(prefill.overhead_ms, 1),
+                        "samples": prefill.samples,
+                    }
+                    queue = snapshot.engine_queue.get(endpoint.name)
+                    if queue is not None:  # the engine's own queue, every client's
+                        entry["engine_queue"] = {
+                            "waiting": round(queue.waiting, 1),
+                            "mean_prompt_tokens": None
+                            if queue.mean_prompt_tokens is None
+                            else round(queue.mean_prompt_tokens, 1),
+                        }
+            if c.get("keep_warm"):
+                failed = int(c.get("keep_warm_failed", 0))
+                entry["keep_warm"] = {"probes": int(c["keep_warm"]), "failed": failed}
+            per_route[endpoint.name] = entry
+        per_route_counts = [counts.get(route_key(name, e.name), {}) for e in model.endpoints]
+        per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))
+        models[name] = _model_totals(per_route_counts) | {
+            "routes": per_route,
+            "economics": model_costs(name, model, counts, span),
+        }
+    return {
+        "window_s": window_s,
+        "slice_s": resolution_for(window_s),
+        "state_store": store_name,
+        "models": models,
+    }
+
+
+def _model_totals(route_counts: list[Counts]) -> dict[str, Any]:
+    total: Counts = {}
+    for counts in route_counts:
+        add_counts(total, counts)
+    requests = int(total.get("requests", 0))
+    reasons = _prefixed(total, "reason:")
+    spilled = {r: n for r, n in reasons.items() if Reason(r).is_spill}
+    return {
+        "requests": requests,
+        "success_rate": round(1 - total.get("errors", 0) / requests, 4) if requests else None,
+        "spill_rate": {r: round(n / requests, 4) for r, n in spilled.items()} if requests else {},
+        "retry_outcomes": _prefixed(total, "outcome:"),
+        "retries": int(total.get("retries", 0)),
+    }
+
+
+def _p(histogram: Histogram, q: float) -> float | None:
+    figures = histogram.figures()
+    if figures is None:
+        return None
+    value = {0.5: figures.p50, 0.95: figures.p95, 0.99: figures.p99}[q]
+    return None if math.isnan(value) else round(value, 2)

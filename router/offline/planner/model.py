@@ -1,0 +1,357 @@
+"""A discrete-event model of tidegate in front of dedicated replicas and one serverless route:
+what `tidegate plan` runs instead of HTTP, minutes of trace in a fraction of a second.
+
+It models the same system `tidegate replay` measures, piece by piece:
+- **a dedicated replica** as the simulator (router/sim/engine.py) runs one: the engine admits
+  up to `max_num_seqs` sequences and queues the rest FIFO; prefill is one FIFO budget of
+  `prefill_tokens_per_s` for the whole replica, plus a fixed `overhead_s` to the first token;
+  every running sequence then decodes one token per step, and the step grows with the batch
+  (`itl_s + itl_per_seq_s x running`, at least `running / decode_tokens_per_s`). Decoding is
+  modelled as a fluid: all decoding sequences of a replica advance together on one virtual
+  token clock, so an event costs O(log n), not one event per token;
+- **serverless** as the simulator runs it: TTFT drawn from the calibration's distribution, plus
+  a cold load when the route was idle longer than `idle_to_cold_s`, then a fixed inter-token
+  latency; no slots;
+- **tidegate's routing** (policies/canary.py, policies/dedicated_first.py, the store's slots):
+  a request outside the canary share goes to serverless; otherwise to the first replica with
+  a free slot (`max_concurrency` per replica); with every slot taken it waits in line on the
+  first replica for up to `max_queue_ms` when the expected wait (waiting + 1 mean service times
+  per slot) beats the serverless route's windowed p95 TTFT, and spills when the wait runs out;
+  otherwise it spills at once.
+Times are in trace seconds. The output is one record per request, in the form
+`tidegate replay` writes, so both are summarised by the same code (router/offline/replay.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from router.offline.calibration import DedicatedCalibration, ServerlessCalibration
+from router.offline.probe import percentile
+from router.offline.replay import Arrival
+
+SERVERLESS_ROUTE = "serverless"
+
+
+def dedicated_route(index: int) -> str:
+    return f"dedicated-{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One candidate: how many dedicated replicas, and the routing settings for them."""
+
+    replicas: int
+    max_concurrency: int = 16  # slots per replica (the gateway's max_concurrency per endpoint)
+    max_queue_ms: float = 0.0  # routing.max_queue_ms
+    canary_percent: float = 100.0
+    # routing.admission predicted_ttft with this slo.ttft_budget_ms (None: slots alone);
+    # max_concurrency is then only the ceiling
+    ttft_budget_ms: float | None = None
+    keep_warm_s: float = 0.0  # serverless keep-warm: a 1-token request this often (0: off)
+
+    @property
+    def label(self) -> str:
+        if self.replicas == 0:
+            return "all-serverless" + self._warm
+        canary = "" if self.canary_percent >= 100 else f" canary {self.canary_percent:g}%"
+        if self.ttft_budget_ms is not None:
+            admission = f"predicted<={self.ttft_budget_ms:g}ms c<={self.max_concurrency}"
+        else:
+            admission = f"c={self.max_concurrency} q={self.max_queue_ms:g}ms"
+        return f"{self.replicas}x ded {admission}{canary}{self._warm}"
+
+    @property
+    def _warm(self) -> str:
+        return f" warm/{self.keep_warm_s:g}s" if self.keep_warm_s > 0 else ""
+
+
+@dataclass(frozen=True, slots=True)
+class System:
+    dedicated: DedicatedCalibration
+    serverless: ServerlessCalibration
+    window_s: float = 60.0  # the gateway's latency window (state.window_s), in trace seconds
+    max_waiters: int = 64  # per dedicated endpoint (max_waiters)
+    gateway_overhead_s: float = 0.0  # added to every TTFT: the gateway's own time
+    min_samples: int = 20  # routing.min_samples: before a route's windowed figures are trusted
+
+
+@dataclass(slots=True)
+class _Request:
+    index: int
+    arrival: Arrival
+    route: str = ""
+    reason: str = ""
+    first_token_at: float = 0.0
+    done_at: float = 0.0
+    waiting: bool = False
+
+
+@dataclass(slots=True)
+class _Replica:
+    index: int
+    slots_used: int = 0
+    running: int = 0
+    prefill_free_at: float = 0.0
+    virtual: float = 0.0  # tokens every decoding sequence has produced since t=0
+    virtual_at: float = 0.0
+    decoding: list[tuple[float, int]] = field(default_factory=list)  # (finish tag, request)
+    engine_queue: deque[int] = field(default_factory=deque)
+    version: int = 0
+    pending_tokens: int = 0  # admitted, not yet at the first token (predicted-TTFT admission)
+
+
+class _Run:
+    """One plan over one trace; `records()` runs it."""
+
+    def __init__(self, arrivals: Sequence[Arrival], plan: Plan, system: System, seed: int) -> None:
+        self._plan = plan
+        self._system = system
+        self._rng = random.Random(seed)
+        self._requests = [_Request(i, a) for i, a in enumerate(arrivals)]
+        self._replicas = [_Replica(i) for i in range(plan.replicas)]
+        self._events: list[tuple[float, int, str, int, int]] = []
+        self._order = itertools.count()
+        self._waiters: deque[int] = deque()  # requests waiting in line on the first replica
+        self._serverless_last_seen = 0.0
+        self._e2e_window: deque[tuple[float, float]] = deque()  # first replica's completions
+        self._ttft_window: deque[tuple[float, float]] = deque()  # serverless first tokens
+
+    def records(self) -> list[dict[str, Any]]:
+        for r in self._requests:
+            self._push(r.arrival.at_s, "arrive", r.index)
+        for at in keep_warm_times(self._plan, self._requests[-1].arrival.at_s if self._requests else 0.0):
+            self._push(at, "warm", 0)
+        handlers = {
+            "arrive": self._arrive,
+            "first": self._first_token,
+            "decode": self._decode_check,
+            "timeout": self._timeout,
+            "warm": self._warm,
+        }
+        while self._events:
+            now, _, kind, a, b = heapq.heappop(self._events)
+            handlers[kind](now, a, b)
+        return [self._record(r) for r in self._requests]
+
+    def _push(self, at: float, kind: str, a: int, b: int = 0) -> None:
+        heapq.heappush(self._events, (at, next(self._order), kind, a, b))
+
+    # routing -------------------------------------------------------------------------------
+
+    def _arrive(self, now: float, index: int, _: int) -> None:
+        request = self._requests[index]
+        plan = self._plan
+        if not self._replicas:
+            self._serverless(now, request, "serverless_only")
+            return
+        if plan.canary_percent < 100 and self._rng.random() * 100 >= plan.canary_percent:
+            self._serverless(now, request, "canary_out")
+            return
+        if plan.ttft_budget_ms is not None:
+            self._predicted(now, request, plan.ttft_budget_ms)
+            return
+        for replica in self._replicas:
+            if replica.slots_used < plan.max_concurrency:
+                replica.slots_used += 1
+                request.reason = "baseline"
+                self._admit(now, replica, request)
+                return
+        if (
+            plan.max_queue_ms > 0
+            and self._worth_waiting(now)
+            and len(self._waiters) < self._system.max_waiters
+        ):
+            request.waiting = True
+            self._waiters.append(index)
+            self._push(now + plan.max_queue_ms / 1000, "timeout", index)
+            return
+        self._serverless(now, request, "saturated")
+
+    def _predicted(self, now: float, request: _Request, budget_ms: float) -> None:
+        """policies/predicted_ttft.py with the calibration's own prefill figures (what the
+        gateway's learner converges to): the first replica whose predicted TTFT fits the
+        budget; else, once, the quicker of the best replica's queue and serverless."""
+        d = self._system.dedicated
+        tokens = request.arrival.input_tokens
+        open_ = [r for r in self._replicas if r.slots_used < self._plan.max_concurrency]
+        if not open_:
+            self._serverless(now, request, "saturated")
+            return
+
+        def predicted_ms(replica: _Replica) -> float:
+            return 1000 * (d.overhead_s + (replica.pending_tokens + tokens) / d.prefill_tokens_per_s)
+
+        for replica in open_:
+            if predicted_ms(replica) <= budget_ms:
+                self._take(now, replica, request)
+                return
+        best = min(open_, key=predicted_ms)
+        if predicted_ms(best) < self._spill_median_ms(now, budget_ms):
+            self._take(now, best, request)
+        else:
+            self._serverless(now, request, "predicted_slow")
+
+    def _take(self, now: float, replica: _Replica, request: _Request) -> None:
+        replica.slots_used += 1
+        replica.pending_tokens += request.arrival.input_tokens
+        request.reason = "baseline"
+        self._admit(now, replica, request)
+
+    def _spill_median_ms(self, now: float, budget_ms: float) -> float:
+        """The serverless route's windowed median TTFT; under `min_samples`, the budget."""
+        horizon = now - self._system.window_s
+        while self._ttft_window and self._ttft_window[0][0] < horizon:
+            self._ttft_window.popleft()
+        if len(self._ttft_window) < self._system.min_samples:
+            return budget_ms
+        return 1000 * percentile([t for _, t in self._ttft_window], 50)
+
+    def _worth_waiting(self, now: float) -> bool:
+        """policies.dedicated_first.worth_waiting_ms over the windowed figures."""
+        horizon = now - self._system.window_s
+        for window in (self._e2e_window, self._ttft_window):
+            while window and window[0][0] < horizon:
+                window.popleft()
+        if not self._e2e_window or not self._ttft_window:
+            return True  # unknown figures: the bound alone decides
+        mean_e2e_ms = 1000 * sum(e for _, e in self._e2e_window) / len(self._e2e_window)
+        expected_ms = (len(self._waiters) + 1) * mean_e2e_ms / self._plan.max_concurrency
+        spill_p95_ms = 1000 * percentile([t for _, t in self._ttft_window], 95)
+        return expected_ms < min(self._plan.max_queue_ms, spill_p95_ms)
+
+    def _timeout(self, now: float, index: int, _: int) -> None:
+        request = self._requests[index]
+        if request.waiting:
+            request.waiting = False
+            self._waiters.remove(index)
+            self._serverless(now, request, "saturated")
+
+    def _release_slot(self, now: float, replica: _Replica) -> None:
+        replica.slots_used -= 1
+        if replica.index == 0 and self._waiters:  # FIFO: the head of the line gets the slot
+            index = self._waiters.popleft()
+            waiter = self._requests[index]
+            waiter.waiting = False
+            replica.slots_used += 1
+            waiter.reason = "baseline"
+            self._admit(now, replica, waiter)
+
+    # serverless ----------------------------------------------------------------------------
+
+    def _warm(self, now: float, _: int, __: int) -> None:
+        """A keep-warm probe: the provider saw a request (its own cold start, if any, is the
+        probe's, and probes are not latency samples)."""
+        self._serverless_last_seen = now
+
+    def _serverless(self, now: float, request: _Request, reason: str) -> None:
+        s = self._system.serverless
+        ttft = s.ttft.sample(self._rng)
+        if s.idle_to_cold_s > 0 and now - self._serverless_last_seen > s.idle_to_cold_s:
+            ttft += self._rng.uniform(*s.ttft.cold_range_s)
+        self._serverless_last_seen = now
+        request.route, request.reason = SERVERLESS_ROUTE, reason
+        request.first_token_at = now + ttft
+        request.done_at = request.first_token_at + (request.arrival.output_tokens - 1) * s.itl_s
+        self._ttft_window.append((request.first_token_at, ttft))
+
+    # a dedicated replica ---------------------------------------------------------------------
+
+    def _admit(self, now: float, replica: _Replica, request: _Request) -> None:
+        request.route = dedicated_route(replica.index)
+        if replica.running < self._system.dedicated.max_num_seqs and not replica.engine_queue:
+            self._start(now, replica, request)
+        else:
+            replica.engine_queue.append(request.index)
+
+    def _step_s(self, running: int) -> float:
+        d = self._system.dedicated
+        return max(d.itl_s + d.itl_per_seq_s * running, running / d.decode_tokens_per_s)
+
+    def _advance(self, now: float, replica: _Replica) -> None:
+        replica.virtual += (now - replica.virtual_at) / self._step_s(replica.running)
+        replica.virtual_at = now
+
+    def _start(self, now: float, replica: _Replica, request: _Request) -> None:
+        d = self._system.dedicated
+        self._advance(now, replica)
+        replica.running += 1
+        begin = max(now, replica.prefill_free_at)
+        replica.prefill_free_at = begin + request.arrival.input_tokens / d.prefill_tokens_per_s
+        request.first_token_at = replica.prefill_free_at + d.overhead_s
+        self._push(request.first_token_at, "first", replica.index, request.index)
+        self._reschedule(now, replica)
+
+    def _first_token(self, now: float, replica_index: int, index: int) -> None:
+        replica = self._replicas[replica_index]
+        request = self._requests[index]
+        if self._plan.ttft_budget_ms is not None:
+            replica.pending_tokens -= request.arrival.input_tokens
+        self._advance(now, replica)
+        remaining = request.arrival.output_tokens - 1
+        if remaining <= 0:
+            self._finish(now, replica, request)
+        else:
+            heapq.heappush(replica.decoding, (replica.virtual + remaining, index))
+        self._reschedule(now, replica)
+
+    def _decode_check(self, now: float, replica_index: int, version: int) -> None:
+        replica = self._replicas[replica_index]
+        if version != replica.version:
+            return  # the batch changed since this was scheduled
+        self._advance(now, replica)
+        while replica.decoding and replica.decoding[0][0] <= replica.virtual + 1e-9:
+            _, index = heapq.heappop(replica.decoding)
+            self._finish(now, replica, self._requests[index])
+        self._reschedule(now, replica)
+
+    def _finish(self, now: float, replica: _Replica, request: _Request) -> None:
+        request.done_at = now
+        replica.running -= 1
+        if replica.index == 0:
+            self._e2e_window.append((now, now - request.arrival.at_s))
+        while replica.engine_queue and replica.running < self._system.dedicated.max_num_seqs:
+            self._start(now, replica, self._requests[replica.engine_queue.popleft()])
+        self._release_slot(now, replica)
+
+    def _reschedule(self, now: float, replica: _Replica) -> None:
+        replica.version += 1
+        if replica.decoding:
+            tokens_left = max(0.0, replica.decoding[0][0] - replica.virtual)
+            at = now + tokens_left * self._step_s(replica.running)
+            self._push(at, "decode", replica.index, replica.version)
+
+    def _record(self, r: _Request) -> dict[str, Any]:
+        overhead = self._system.gateway_overhead_s
+        return {
+            "index": r.index,
+            "at_s": r.arrival.at_s,
+            "input_tokens": r.arrival.input_tokens,
+            "output_tokens": r.arrival.output_tokens,
+            "sent": True,
+            "ok": True,
+            "route": r.route,
+            "reason": r.reason,
+            "ttft_ms": (r.first_token_at - r.arrival.at_s + overhead) * 1000,
+            "e2e_ms": (r.done_at - r.arrival.at_s + overhead) * 1000,
+            "lag_ms": 0.0,
+        }
+
+
+def keep_warm_times(plan: Plan, until_s: float) -> list[float]:
+    """When the keep-warm probes go out over a trace ending at `until_s` (router/spill/keep_warm.py,
+    `when: always`: from the start, every `keep_warm_s`)."""
+    if plan.keep_warm_s <= 0 or plan.replicas < 0:
+        return []
+    return [i * plan.keep_warm_s for i in range(int(until_s // plan.keep_warm_s) + 1)]
+
+
+def simulate(arrivals: Sequence[Arrival], plan: Plan, system: System, seed: int = 0) -> list[dict[str, Any]]:
+    """One record per arrival (the form `tidegate replay` writes), from the model."""
+    return _Run(arrivals, plan, system, seed).records()

@@ -1,0 +1,243 @@
+"""Traces for `tidegate replay`: load, cut, rescale; and the summary of a replay.
+
+A trace is a list of arrivals (seconds from its first row, input tokens, output tokens), from
+the Azure LLM inference CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`), the Mooncake JSONL
+(`timestamp` in ms, `input_length`, `output_length`) or tidegate's own access log (one JSON
+line per request, with `at`, `e2e_ms` and the measured tokens), so a team can replay its own
+production traffic.
+
+`scale_rate` multiplies the arrival rate without flattening its bursts: below 1 it thins the
+trace (each row kept with probability x); above 1 it superposes copies of it shifted by at most
+a second, plus a thinned copy for the fraction. Peaks, the share of idle minutes and the shape
+of a burst stay what they were, scaled (a circular shift by a random offset would fill the idle
+minutes with another copy's bursts).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from policies.base import Reason
+from router.economics.cost import token_cost_usd
+from router.offline.probe import percentile
+
+FORMATS = ("azure", "mooncake", "access-log")
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    at_s: float  # seconds since the trace's first row
+    input_tokens: int
+    output_tokens: int
+
+
+def detect(path: Path) -> str:
+    """The trace format from its first line."""
+    with path.open(encoding="utf-8") as f:
+        first = f.readline()
+    if first.startswith("TIMESTAMP"):
+        return "azure"
+    if '"input_length"' in first:
+        return "mooncake"
+    if '"e2e_ms"' in first:
+        return "access-log"
+    raise ValueError(f"{path}: not an Azure CSV, a Mooncake JSONL or a tidegate access log")
+
+
+def load(path: Path, fmt: str | None = None) -> list[Arrival]:
+    """Every row of a trace, in arrival order, times from its first row."""
+    fmt = fmt or detect(path)
+    rows: list[tuple[float, int, int]] = []
+    if fmt == "azure":
+        with path.open(encoding="utf-8", newline="") as f:
+            for row in csv.DictReader(f):
+                at = datetime.fromisoformat(row["TIMESTAMP"][:26]).timestamp()
+                rows.append((at, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
+    elif fmt == "mooncake":
+        for line in path.read_bytes().splitlines():
+            found = orjson.loads(line)
+            rows.append((found["timestamp"] / 1000, int(found["input_length"]), int(found["output_length"])))
+    elif fmt == "access-log":
+        for line in path.read_bytes().splitlines():
+            found = _access_line(line)
+            if found is not None:
+                rows.append(found)
+    else:
+        raise ValueError(f"unknown trace format {fmt!r}; one of {', '.join(FORMATS)}")
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    rows.sort()
+    first = rows[0][0]
+    return [Arrival(at - first, max(1, n_in), max(1, n_out)) for at, n_in, n_out in rows]
+
+
+def _access_line(line: bytes) -> tuple[float, int, int] | None:
+    start = line.find(b"{")
+    if start < 0:
+        return None
+    try:
+        found = orjson.loads(line[start:])
+    except orjson.JSONDecodeError:
+        return None
+    measures = found.get("measures") or {}
+    if not isinstance(found.get("at"), int | float):
+        return None
+    arrived = found["at"] - (found.get("e2e_ms") or 0) / 1000
+    return arrived, int(measures.get("input_tokens") or 1), int(measures.get("output_tokens") or 1)
+
+
+def window(arrivals: Sequence[Arrival], start_min: float, minutes: float | None) -> list[Arrival]:
+    """The rows from minute `start_min` for `minutes` (all the rest with None), re-timed from 0."""
+    begin = start_min * 60
+    end = math.inf if minutes is None else begin + minutes * 60
+    return [
+        Arrival(a.at_s - begin, a.input_tokens, a.output_tokens) for a in arrivals if begin <= a.at_s < end
+    ]
+
+
+def scale_rate(
+    arrivals: Sequence[Arrival], factor: float, seed: int = 0, jitter_s: float = 1.0
+) -> list[Arrival]:
+    """The trace at `factor` times its arrival rate (see the module doc): each row is sent
+    int(factor) times plus once more with probability factor - int(factor), every extra copy
+    `jitter_s` or less after the original, so every minute holds `factor` times its requests
+    and idle minutes stay idle."""
+    if factor <= 0:
+        raise ValueError("--scale-rate must be > 0")
+    rng = random.Random(seed)
+    whole, fraction = int(factor), factor - int(factor)
+    out: list[Arrival] = []
+    for a in arrivals:
+        copies = whole + (1 if rng.random() < fraction else 0)
+        for copy in range(copies):
+            shift = 0.0 if copy == 0 else rng.uniform(0, jitter_s)
+            out.append(Arrival(a.at_s + shift, a.input_tokens, a.output_tokens))
+    return sorted(out, key=lambda a: a.at_s)
+
+
+def per_minute(arrivals: Iterable[Arrival], minutes: int) -> list[int]:
+    counts = [0] * max(1, minutes)
+    for a in arrivals:
+        index = int(a.at_s // 60)
+        if index < len(counts):
+            counts[index] += 1
+    return counts
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    return percentile(values, q) if values else None
+
+
+SPILL_REASONS = frozenset(r.value for r in Reason if r.is_spill)
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """What the routes of a replay (or a plan) cost: dedicated by provisioned time, busy or
+    idle (router/economics/cost.py), serverless by the tokens of the requests it served."""
+
+    dedicated_usd_per_hour: float  # every dedicated replica together
+    dedicated_slots: int  # every dedicated replica's max_concurrency together
+    dedicated_routes: frozenset[str]
+    serverless_usd_per_mtok: Mapping[str, tuple[float, float]]  # route -> (input, output)
+    keep_warm_usd: float = 0.0  # keep-warm probes over the window: spend, not tasks
+
+
+def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) -> dict[str, Any]:
+    """Cost, cost per SLO-successful task's inputs and dedicated utilization (slot-seconds
+    used over slot-seconds provisioned) of answered requests over a trace `span_s` long."""
+    serverless_usd = 0.0
+    busy_s = 0.0
+    for r in records:
+        if not r.get("ok"):
+            continue
+        route = r.get("route") or "-"
+        if route in pricing.dedicated_routes:
+            busy_s += (r.get("e2e_ms") or 0.0) / 1000
+            continue
+        prices = pricing.serverless_usd_per_mtok.get(route)
+        if prices is None:
+            raise ValueError(
+                f"route {route!r} answered but is not in the pricing (is the config the gateway's?)"
+            )
+        serverless_usd += token_cost_usd(r["input_tokens"], r["output_tokens"], *prices)
+    dedicated_usd = pricing.dedicated_usd_per_hour * span_s / 3600
+    provisioned = pricing.dedicated_slots * span_s
+    return {
+        "span_s": span_s,
+        "dedicated_usd": round(dedicated_usd, 6),
+        "serverless_usd": round(serverless_usd, 6),
+        "keep_warm_usd": round(pricing.keep_warm_usd, 6),
+        "cost_usd": round(dedicated_usd + serverless_usd + pricing.keep_warm_usd, 6),
+        "dedicated_utilization": round(busy_s / provisioned, 4) if provisioned > 0 else None,
+    }
+
+
+def summary(
+    records: Sequence[dict[str, Any]],
+    slo_ttft_ms: float,
+    lag_p99_ms: float,
+    pricing: Pricing | None = None,
+    span_s: float | None = None,
+) -> dict[str, Any]:
+    """What a replay measured (or a plan predicted: the same records, the same figures). A
+    replay whose sender fell behind its schedule (send lag p99 over `lag_p99_ms`) measured
+    the client, not the system: it is marked invalid. With `pricing` and the trace's
+    `span_s`, also its cost, cost per SLO-successful task and dedicated utilization."""
+    sent = [r for r in records if r.get("sent")]
+    ok = [r for r in sent if r.get("ok")]
+    ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
+    lags = [r["lag_ms"] for r in sent]
+    within = [r for r in ok if r.get("ttft_ms") is not None and r["ttft_ms"] <= slo_ttft_ms]
+    minutes: dict[int, list[float]] = {}
+    for r in ok:
+        if r.get("ttft_ms") is not None:
+            minutes.setdefault(int(r["at_s"] // 60), []).append(r["ttft_ms"])
+    worst = max(minutes.items(), key=lambda m: _percentile(m[1], 95) or 0.0, default=None)
+    lag_p99 = _percentile(lags, 99) or 0.0
+    routes: dict[str, int] = {}
+    for r in ok:
+        routes[r.get("route") or "-"] = routes.get(r.get("route") or "-", 0) + 1
+    spilled = sum(1 for r in ok if r.get("reason") in SPILL_REASONS)
+    found: dict[str, Any] = {
+        "requests": len(records),
+        "sent": len(sent),
+        "succeeded": len(ok),
+        "errors": len(sent) - len(ok),
+        "not_sent": len(records) - len(sent),
+        "slo_ttft_ms": slo_ttft_ms,
+        "slo_attainment": round(len(within) / len(records), 4) if records else None,
+        "ttft_ms": {
+            "p50": _round(_percentile(ttft, 50)),
+            "p95": _round(_percentile(ttft, 95)),
+            "p99": _round(_percentile(ttft, 99)),
+            "worst_minute": None
+            if worst is None
+            else {"minute": worst[0], "p95": _round(_percentile(worst[1], 95))},
+        },
+        "spill_share": round(spilled / len(ok), 4) if ok else None,
+        "routes": routes,
+        "send_lag_ms": {"p99": round(lag_p99, 2), "max": round(max(lags, default=0.0), 2)},
+        "client_kept_up": lag_p99 <= lag_p99_ms and len(sent) == len(records),
+        "mean_input_tokens": round(statistics.fmean([r["input_tokens"] for r in records]), 1)
+        if records
+        else None,
+    }
+    if pricing is not None and span_s is not None:
+        found |= costs(records, pricing, span_s)
+        found["cost_per_slo_success_usd"] = round(found["cost_usd"] / len(within), 8) if within else None
+    return found
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

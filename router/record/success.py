@@ -1,0 +1,136 @@
+"""Did a served answer succeed? The automatic layers of the economics' success definition.
+
+1. transport: 2xx and complete (a stream that ended with `[DONE]`), decided by the caller;
+2. checks that need no application knowledge: every choice's `finish_reason` is accepted
+   (`models.*.success.finish_reasons`), tool-call arguments parse as JSON, and an answer
+   asked for as `response_format` json_object/json_schema parses (and matches the schema).
+
+Application feedback (`POST /v1/feedback`) is the third layer, applied to the task later
+(router/record/tasks.py). The checks run after the answer was sent, never on its critical path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import orjson
+
+from router.config import SuccessConfig
+
+
+@dataclass(slots=True)
+class AnswerShape:
+    """What the checks read of an answer, from a body or gathered from a stream's events."""
+
+    finish_reasons: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # choice 0's content, in pieces
+    tool_args: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (choice, call) -> pieces
+    kept_bytes: int = 0
+    truncated: bool = False  # more text than `max_checked_bytes`: JSON checks skipped
+
+    def add_text(self, piece: str, limit: int) -> None:
+        self._keep(self.text, piece, limit)
+
+    def add_tool_args(self, key: tuple[int, int], piece: str, limit: int) -> None:
+        self._keep(self.tool_args.setdefault(key, []), piece, limit)
+
+    def _keep(self, pieces: list[str], piece: str, limit: int) -> None:
+        if self.truncated:
+            return
+        self.kept_bytes += len(piece)
+        if self.kept_bytes > limit:
+            self.truncated = True
+            return
+        pieces.append(piece)
+
+    def take_choices(self, choices: Any, limit: int, *, collect: bool) -> None:
+        """Read OpenAI `choices` (a body's messages or a stream chunk's deltas)."""
+        if not isinstance(choices, list):
+            return
+        for position, choice in enumerate(choices):
+            if not isinstance(choice, dict):
+                continue
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self.finish_reasons.append(reason)
+            if not collect:
+                continue
+            index = choice.get("index", position)
+            message = choice.get("delta") or choice.get("message") or {}
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
+            if index == 0 and isinstance(content, str):
+                self.add_text(content, limit)
+            for n, call in enumerate(message.get("tool_calls") or ()):
+                if not isinstance(call, dict):
+                    continue
+                function = call.get("function")
+                arguments = function.get("arguments") if isinstance(function, dict) else None
+                if isinstance(arguments, str):
+                    self.add_tool_args((index, call.get("index", n)), arguments, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonWanted:
+    """The request asked for a JSON answer (`response_format`); `schema` when it gave one."""
+
+    schema: dict[str, Any] | None = None
+
+
+def json_wanted(payload: dict[str, Any]) -> JsonWanted | None:
+    form = payload.get("response_format")
+    if not isinstance(form, dict):
+        return None
+    if form.get("type") == "json_object":
+        return JsonWanted()
+    if form.get("type") == "json_schema":
+        spec = form.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        return JsonWanted(schema if isinstance(schema, dict) else None)
+    return None
+
+
+def wants_checks(payload: dict[str, Any]) -> bool:
+    """Whether a stream's text must be gathered for the JSON checks (tools or a JSON answer)."""
+    return bool(payload.get("tools")) or json_wanted(payload) is not None
+
+
+def judge(shape: AnswerShape, config: SuccessConfig, payload: dict[str, Any]) -> str | None:
+    """None when the answer passes every automatic check; else the first failed check's name."""
+    for reason in shape.finish_reasons:
+        if reason not in config.finish_reasons:
+            return f"finish_{reason}"[:40]
+    if not config.check_json or shape.truncated:
+        return None
+    for pieces in shape.tool_args.values():
+        if _loads("".join(pieces)) is _INVALID:
+            return "tool_args_invalid"
+    wanted = json_wanted(payload)
+    if wanted is not None and shape.text:
+        answer = _loads("".join(shape.text))
+        if answer is _INVALID:
+            return "json_invalid"
+        if wanted.schema is not None and not _matches(answer, wanted.schema):
+            return "json_schema_mismatch"
+    return None
+
+
+_INVALID = object()
+
+
+def _loads(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _INVALID
+
+
+def _matches(instance: Any, schema: dict[str, Any]) -> bool:
+    try:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        return bool(validator.is_valid(instance))
+    except (jsonschema.SchemaError, RecursionError, ValueError, TypeError):
+        return True  # a schema we cannot apply is not the answer's fault

@@ -1,0 +1,318 @@
+"""What the gateway writes down about a finished request: the route's shared histograms and
+counters in the store (buffered, no I/O), the access-log outcome (and through the recorder's
+sinks, the Prometheus metrics), and the end of its spans."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Protocol
+
+from opentelemetry.trace import Span, StatusCode
+
+from policies.canary import bucket
+from policies.types import route_key
+from router.config import DedicatedEndpoint, Endpoint, ServerlessEndpoint
+from router.economics.cost import token_cost_usd
+from router.record.callers import caller_fields
+from router.record.records import Hedge, Measures, Outcome, Recorder, RequestRecord
+from router.record.success import AnswerShape, judge
+from router.record.tasks import TaskLedger
+from router.record.telemetry import (
+    ERROR_TYPE,
+    GEN_AI_INPUT_TOKENS,
+    GEN_AI_OUTPUT_TOKENS,
+    GEN_AI_RESPONSE_MODEL,
+    KIND,
+    OUTCOME,
+    REASON,
+    ROUTE,
+)
+from router.request.job import Job, ms_since
+from router.request.relay import StreamResult, Usage, parsed_body, usage_of
+from router.state.latency import Metric
+
+
+class Samples(Protocol):
+    """The state store as the books use it: no I/O, merged into the shared windows later."""
+
+    def observe(self, route: str, metric: Metric, value_ms: float) -> None: ...
+
+    def count(self, route: str, counts: Mapping[str, float]) -> None: ...
+
+
+class Books:
+    def __init__(
+        self, store: Samples, recorder: Recorder, *, recording: bool = True, ledger: TaskLedger | None = None
+    ) -> None:
+        """`recording=False` keeps the log, metrics and spans but not the store's per-route
+        histograms and counters (`state.record`), nor tasks. `ledger` settles each request
+        into its task (router/record/tasks.py)."""
+        self._store = store
+        self._recorder = recorder
+        self._recording = recording
+        self._ledger = ledger
+
+    def observe(self, route: str, metric: Metric, value_ms: float) -> None:
+        if self._recording:
+            self._store.observe(route, metric, value_ms)
+
+    def body_done(self, job: Job, target: Endpoint, status: int, body: bytes) -> None:
+        """A served body answer (error answers are recorded by the dispatcher's failure path)."""
+        parsed = parsed_body(body)
+        usage = usage_of(parsed) or Usage()
+        self.observe(
+            route_key(job.facts.request.model, target.name), Metric.E2E, ms_since(job.attempt_started)
+        )
+        shape = AnswerShape()
+        if isinstance(parsed, dict):
+            shape.take_choices(
+                parsed.get("choices"), job.facts.config.success.max_checked_bytes, collect=True
+            )
+        failed_check = judge(shape, job.facts.config.success, job.facts.request.payload)
+        measures = Measures(
+            None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms, failed_check=failed_check
+        )
+        self.record(job, target, status, measures, job.walk.served_outcome())
+
+    def stream_done(self, job: Job, target: Endpoint, status: int, result: StreamResult) -> None:
+        usage = result.usage or Usage()
+        error = None
+        if result.error is not None:
+            error = type(result.error).__name__
+        elif result.cut is not None:
+            error = result.cut
+        elif not result.completed:
+            error = "client_gone"
+        failed_check = None
+        if error is None:
+            failed_check = judge(result.shape, job.facts.config.success, job.facts.request.payload)
+        ttft = (result.first_token_at - job.facts.received_at) * 1000 if result.first_token_at else None
+        itl = self._observe_stream(job, target, result, served=error is None)
+        estimated = usage.output_tokens is None
+        output = result.output_events if estimated else usage.output_tokens
+        rate = None
+        if itl and output and result.output_events > 1:  # tokens over the span of the output events
+            rate = round(output / (itl * (result.output_events - 1) / 1000.0), 2)
+        code = result.error.code if result.error is not None else None
+        measures = Measures(
+            ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate, failed_check, code
+        )
+        if result.error is not None:
+            outcome = Outcome.FAILED_MID_STREAM
+        elif error is not None:
+            outcome = Outcome.CLIENT_GONE
+        else:
+            outcome = job.walk.served_outcome()
+        self.record(job, target, status, measures, outcome)
+
+    def _observe_stream(
+        self, job: Job, target: Endpoint, result: StreamResult, *, served: bool
+    ) -> float | None:
+        """The route's own latency: from this attempt's request, not from the client's (a
+        failover's earlier attempts and the wait in line are not the route's doing).
+        Returns the stream's mean inter-token latency (ms) when it had 2+ output events."""
+        route = route_key(job.facts.request.model, target.name)
+        itl = None
+        if result.first_token_at:
+            self.observe(route, Metric.TTFT, (result.first_token_at - job.attempt_started) * 1000)
+            if result.output_events > 1:
+                itl = (time.monotonic() - result.first_token_at) * 1000 / (result.output_events - 1)
+                self.observe(route, Metric.ITL, itl)
+        if served:
+            self.observe(route, Metric.E2E, ms_since(job.attempt_started))
+        return itl
+
+    def record(
+        self, job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome
+    ) -> None:
+        ok = status < 400 and measures.error is None and measures.failed_check is None
+        cost = _token_cost(target, measures)
+        if self._recording:
+            self._count(job, target, status, measures, outcome, ok=ok, cost=cost)
+            if target is not None and status < 400:  # the traffic shape's token distributions
+                route = route_key(job.facts.request.model, target.name)
+                if measures.input_tokens:
+                    self._store.observe(route, Metric.TOKENS_IN, measures.input_tokens)
+                if measures.output_tokens:
+                    self._store.observe(route, Metric.TOKENS_OUT, measures.output_tokens)
+            if self._ledger is not None:
+                route = route_key(job.facts.request.model, target.name if target else "-")
+                facts = job.facts
+                self._ledger.settle_later(facts.task_id, facts.request_id, route, ok, facts.client.caller)
+        if job.span is not None:
+            _end_spans(job, target, status, measures, outcome)
+        self._recorder.record(
+            RequestRecord(
+                model=job.facts.request.model,
+                route=target.name if target else None,
+                kind=target.kind if target else None,
+                reason=job.walk.reason,
+                status=status,
+                stream=job.facts.request.stream,
+                e2e_ms=ms_since(job.facts.received_at),
+                measures=measures,
+                outcome=outcome,
+                attempts=tuple(job.walk.attempts),
+                retry_budget_denied=job.budget_denied,
+                stickiness_bucket=bucket(job.facts.request.model, job.facts.stickiness_key),
+                overhead_ms=job.overhead_ms,
+                request_id=job.facts.request_id,
+                task_id=job.facts.task_id if job.facts.task_id != job.facts.request_id else None,
+                success=ok,
+                cost_usd=cost,
+                at=time.time(),
+                hedge=job.hedge,
+                caller=job.facts.client.caller,
+            )
+        )
+
+    def _count(
+        self,
+        job: Job,
+        target: Endpoint | None,
+        status: int,
+        measures: Measures,
+        outcome: Outcome,
+        *,
+        ok: bool,
+        cost: float,
+    ) -> None:
+        """The request in its final route's shared counters (`-` when no route was tried):
+        its outcome, tokens, success or the check it failed, what it cost (serverless: its
+        tokens at the endpoint's prices; dedicated: slot time, priced by the hour in the
+        report) and what of that was wasted on a failure. Failed attempts before it that held
+        a dedicated slot count their slot time, all of it wasted, on their own routes."""
+        counts: dict[str, float] = {
+            "requests": 1,
+            f"outcome:{outcome.value}": 1,
+            f"reason:{job.walk.reason.value}": 1,
+        }
+        if ok:
+            counts["ok"] = 1
+        else:
+            counts[f"fail:{_failure_name(status, measures)}"] = 1
+        if status >= 400 or measures.error is not None:
+            counts["errors"] = 1
+        if job.walk.retries:
+            counts["retries"] = job.walk.retries
+        counts.update(_token_counts(measures))
+        if cost:
+            counts["cost_usd"] = cost
+            if not ok:
+                counts["wasted_usd"] = cost
+        if target is not None and job.attempt_started:
+            busy = ms_since(job.attempt_started)  # in flight (dedicated: slot held) until now
+            counts["busy_ms"] = busy
+            if not ok and isinstance(target, DedicatedEndpoint):
+                counts["wasted_busy_ms"] = busy
+        if _route_answers_for(job, outcome, measures):
+            counts.update(caller_fields(job.facts.client.caller, ok=ok, error="errors" in counts))
+        else:
+            counts["not_the_routes"] = 1
+        model = job.facts.request.model
+        self._store.count(route_key(model, target.name if target else "-"), counts)
+        self._count_failed_attempts(job, target)
+        if job.hedge is not None:
+            self._count_hedge(job, job.hedge)
+
+    def _count_hedge(self, job: Job, hedge: Hedge) -> None:
+        """On the winner's route `hedge_won`; on the loser's `hedge_lost`, the prompt tokens it
+        was sent for nothing and, serverless, what they cost (spend, never a request). A
+        dedicated loser's slot time is counted with the failed attempts, as wasted."""
+        model = job.facts.request.model
+        if job.walk.last is not None:
+            self._store.count(route_key(model, job.walk.last.name), {"hedge_won": 1})
+        loser = next((e for e in job.facts.config.endpoints if e.name == hedge.loser), None)
+        counts = {"hedge_lost": 1.0, "hedge_tokens_in": float(hedge.duplicate_tokens_in)}
+        if isinstance(loser, ServerlessEndpoint):
+            counts["hedge_usd"] = token_cost_usd(
+                hedge.duplicate_tokens_in, 0, loser.usd_per_mtok_in, loser.usd_per_mtok_out
+            )
+        self._store.count(route_key(model, hedge.loser), counts)
+
+    def _count_failed_attempts(self, job: Job, target: Endpoint | None) -> None:
+        attempts = job.walk.attempts
+        failed = (
+            attempts[:-1]
+            if target is not None and attempts and attempts[-1].endpoint == target.name
+            else attempts
+        )
+        if not failed:
+            return
+        dedicated = {e.name for e in job.facts.config.dedicated}
+        for attempt in failed:
+            if attempt.endpoint in dedicated and attempt.error is not None:
+                busy = attempt.duration_ms
+                route = route_key(job.facts.request.model, attempt.endpoint)
+                counts = {"busy_ms": busy, "wasted_busy_ms": busy, "failed_attempts": 1}
+                counts.update(caller_fields(job.facts.client.caller, ok=False, error=True))
+                self._store.count(route, counts)
+
+
+def _token_counts(measures: Measures) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    if measures.input_tokens:
+        counts["tokens_in"] = measures.input_tokens
+    if measures.output_tokens:
+        counts["tokens_out"] = measures.output_tokens
+    if measures.tokens_estimated:
+        counts["tokens_estimated"] = 1
+    return counts
+
+
+def _route_answers_for(job: Job, outcome: Outcome, measures: Measures) -> bool:
+    """Whether the request's outcome is its route's doing, as the canary compares routes: an
+    upstream 4xx for the request itself, a client that left, and an answer cut by the
+    client's own token limit are the caller's (router/canary/weights.py)."""
+    if outcome in (Outcome.CLIENT_ERROR, Outcome.CLIENT_GONE):
+        return False
+    return not (measures.failed_check == "finish_length" and job.facts.request.caps_output)
+
+
+def _token_cost(target: Endpoint | None, measures: Measures) -> float:
+    """A serverless answer's price: its tokens (reported, or estimated) at the endpoint's prices."""
+    if not isinstance(target, ServerlessEndpoint):
+        return 0.0
+    return token_cost_usd(
+        measures.input_tokens or 0,
+        measures.output_tokens or 0,
+        target.usd_per_mtok_in,
+        target.usd_per_mtok_out,
+    )
+
+
+def _failure_name(status: int, measures: Measures) -> str:
+    """The counter name of why a request did not succeed: its error, or its status."""
+    if measures.error is not None:
+        return measures.error
+    return measures.failed_check if measures.failed_check is not None else f"http_{status}"
+
+
+def _end_spans(job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome) -> None:
+    error = measures.error if (measures.error or status >= 400) else None
+    if job.attempt_span is not None and job.attempt_span.is_recording():
+        end_span(job.attempt_span, error)
+    span = job.span
+    assert span is not None
+    span.set_attribute(REASON, job.walk.reason.value)
+    span.set_attribute(OUTCOME, outcome.value)
+    span.set_attribute("http.response.status_code", status)
+    if target is not None:
+        span.set_attribute(ROUTE, target.name)
+        span.set_attribute(KIND, target.kind.value)
+        span.set_attribute(GEN_AI_RESPONSE_MODEL, target.model)
+    if measures.input_tokens is not None:
+        span.set_attribute(GEN_AI_INPUT_TOKENS, measures.input_tokens)
+    if measures.output_tokens is not None:
+        span.set_attribute(GEN_AI_OUTPUT_TOKENS, measures.output_tokens)
+    end_span(span, error)
+
+
+def end_span(span: Span | None, error: str | None) -> None:
+    if span is None:
+        return
+    if error is not None:
+        span.set_attribute(ERROR_TYPE, error)
+        span.set_status(StatusCode.ERROR, error)
+    span.end()

@@ -1,0 +1,81 @@
+"""The control plane in one process: circuits, leader leases, canary runs and percents, applied
+probe rankings, spend ledgers."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+
+class MemoryControl:
+    def __init__(self) -> None:
+        self._circuits: dict[str, tuple[float, int]] = {}  # route -> (cooldown end, trips)
+        self._leaders: dict[str, tuple[str, float]] = {}  # role -> (token, until)
+        self._runs: dict[str, tuple[int, bytes | None]] = {}  # model -> (version, run JSON)
+        self._history: dict[str, deque[bytes]] = {}
+        self._canary: dict[str, float] = {}
+        self._probes: dict[str, bytes] = {}  # model -> the applied probe ranking (JSON)
+        self._spent: dict[str, tuple[float, float]] = {}  # spend ledger -> (usd, expiry)
+
+    async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
+        now = time.monotonic()
+        until, trips = self._circuits.get(route, (now, 0))
+        trips += 1
+        until = max(until, now + min(max_cooldown_s, cooldown_s * 2.0 ** (trips - 1)))
+        self._circuits[route] = (until, trips)
+        return until - now
+
+    async def reset_circuit(self, route: str) -> None:
+        self._circuits.pop(route, None)
+
+    async def lead(self, token: str, ttl_s: float, role: str = "canary") -> bool:
+        now = time.monotonic()
+        holder, until = self._leaders.get(role, ("", 0.0))
+        if holder in ("", token) or until < now:
+            self._leaders[role] = (token, now + ttl_s)
+            return True
+        return False
+
+    async def resign(self, token: str, role: str = "canary") -> None:
+        if self._leaders.get(role, ("", 0.0))[0] == token:
+            self._leaders[role] = ("", 0.0)
+
+    async def canary_run(self, model: str) -> tuple[int, bytes | None]:
+        return self._runs.get(model, (0, None))
+
+    async def canary_history(self, model: str, limit: int) -> list[bytes]:
+        return list(self._history.get(model, ()))[:limit]
+
+    async def write_canary(
+        self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
+    ) -> int:
+        holder, until = self._leaders.get("canary", ("", 0.0))
+        if leader is not None and (holder != leader or until < time.monotonic()):
+            return 0
+        current, _ = self._runs.get(model, (0, None))
+        if current != version:
+            return -1
+        self._runs[model] = (current + 1, run)
+        if event is not None:
+            events = self._history.setdefault(model, deque(maxlen=history))
+            events.appendleft(event)
+        return current + 1
+
+    async def set_canary(self, model: str, percent: float) -> None:
+        self._canary[model] = percent
+
+    async def set_probe(self, model: str, ranking: bytes) -> None:
+        self._probes[model] = ranking
+
+    async def probe(self, model: str) -> bytes | None:
+        return self._probes.get(model)
+
+    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:
+        now = time.monotonic()
+        spent, until = self._spent.get(ledger, (0.0, now + ttl_s))
+        if until < now:
+            spent, until = 0.0, now + ttl_s
+        if spent + usd > cap_usd:
+            return False
+        self._spent[ledger] = (spent + usd, until)
+        return True

@@ -1,0 +1,110 @@
+"""The control plane in Redis: circuits (shared breakers), leader leases (the canary
+controller's, keep-warm's), canary runs and live percents, applied probe rankings, and spend
+ledgers. None of it is on the request path; every call that cannot reach Redis raises
+StoreUnavailable, and what it changes reaches this process's snapshot at once (the others'
+with their next refresh)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import replace
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from router.errors import StoreUnavailable
+from router.state.rankings import probe_order
+from router.state.redis.parts import RedisParts
+from router.state.redis.scripts import CANARY_WRITE, CIRCUITS, LEAD, RESIGN, SPEND, TRIP, Script
+
+
+class RedisControl(RedisParts):
+    async def _ask(self, what: str, *command: Any) -> Any:
+        try:
+            return await self._batch.call(*command)
+        except RedisError as exc:
+            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
+
+    async def _run(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await self._batch.call_script(script, keys, args)
+        except RedisError as exc:
+            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
+
+    async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
+        args = [int(cooldown_s * 1000), int(max_cooldown_s * 1000)]
+        left_ms = int(
+            await self._run(
+                f"the circuit of {route} could not be opened", TRIP, [self._keys.breaker(route)], args
+            )
+        )
+        circuits = {**self._snapshot.circuit_open, route: time.monotonic() + left_ms / 1000}
+        self._snapshot = replace(self._snapshot, circuit_open=circuits)
+        return left_ms / 1000
+
+    async def reset_circuit(self, route: str) -> None:
+        await self._ask(f"the circuit of {route} could not be closed", "DEL", self._keys.breaker(route))
+        circuits = {k: v for k, v in self._snapshot.circuit_open.items() if k != route}
+        self._snapshot = replace(self._snapshot, circuit_open=circuits)
+
+    def circuit_commands(self) -> list[tuple[Any, ...]]:
+        """The refresh's read of every route's circuit: the milliseconds its cooldown has left."""
+        return [("EVAL", CIRCUITS, 1, self._keys.breaker(route)) for route in self._routes]
+
+    async def lead(self, token: str, ttl_s: float, role: str = "canary") -> bool:
+        key = self._keys.leader(role)
+        return bool(
+            await self._run("the leader lease could not be checked", LEAD, [key], [token, int(ttl_s * 1000)])
+        )
+
+    async def resign(self, token: str, role: str = "canary") -> None:
+        with contextlib.suppress(RedisError):  # else the lease expires by itself
+            await self._batch.call_script(RESIGN, [self._keys.leader(role)], [token])
+
+    async def canary_run(self, model: str) -> tuple[int, bytes | None]:
+        key = self._keys.canary(model)[1]
+        version, run = await self._ask("the canary run could not be read", "HMGET", key, "version", "json")
+        return int(version or 0), run
+
+    async def canary_history(self, model: str, limit: int) -> list[bytes]:
+        key = self._keys.canary(model)[2]
+        found = await self._ask("the canary history could not be read", "LRANGE", key, 0, limit - 1)
+        return [e if isinstance(e, bytes) else str(e).encode() for e in found]
+
+    async def write_canary(
+        self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
+    ) -> int:
+        args: list[Any] = [leader or "", run, event or b"", history, version]
+        return int(
+            await self._run(
+                "the canary run could not be written", CANARY_WRITE, self._keys.canary(model), args
+            )
+        )
+
+    async def set_canary(self, model: str, percent: float) -> None:
+        await self._ask(
+            "the canary could not be stored", "HSET", self._keys.canary_percent, model, str(percent)
+        )
+        percents = {**self._snapshot.canary_percent, model: percent}
+        self._snapshot = replace(self._snapshot, canary_percent=percents)
+
+    async def set_probe(self, model: str, ranking: bytes) -> None:
+        await self._ask("the probe ranking could not be stored", "HSET", self._keys.rankings, model, ranking)
+        orders = {**self._snapshot.probe_order, model: probe_order(ranking)}
+        self._snapshot = replace(self._snapshot, probe_order=orders)
+
+    async def probe(self, model: str) -> bytes | None:
+        found = await self._ask("the probe ranking could not be read", "HGET", self._keys.rankings, model)
+        return found if isinstance(found, bytes | None) else str(found).encode()
+
+    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:
+        args = [repr(usd), repr(cap_usd), int(ttl_s * 1000)]
+        return (
+            int(
+                await self._run(
+                    f"the spend of {ledger} could not be counted", SPEND, [self._keys.spend(ledger)], args
+                )
+            )
+            == 1
+        )

@@ -1,0 +1,34 @@
+"""What every part of the Redis store shares: its one Batcher (every command goes through it),
+its keys, its settings and the snapshot it refreshes. RedisStore (router/state/redis/store.py)
+sets them once; each role module (leases, series, control, tasks) reads them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from policies.types import Snapshot
+from router.state.redis.batch import Batcher
+from router.state.redis.keys import Keys
+
+log = logging.getLogger("tidegate.state")
+
+
+class RedisParts:
+    _batch: Batcher
+    _keys: Keys
+    _cluster: bool
+    _pools: list[str]
+    _routes: list[str]
+    _ttl_ms: int
+    _window_s: float
+    _retention_s: int
+    _snapshot: Snapshot
+    _stopping: asyncio.Event
+    degraded: bool
+
+    def _degrade(self, exc: Exception) -> None:
+        """Redis is unreachable: decide locally until the background refresh reaches it again."""
+        if not self.degraded:
+            log.warning("state store: Redis unreachable, deciding locally until it is back: %s", exc)
+        self.degraded = True

@@ -1,0 +1,198 @@
+"""Latency histograms and counters, shared: samples are buffered in-process and merged into
+Redis in the background every `flush_s` (router/state/latency.py has the histograms), so
+recording adds no round trip to a request; the merge travels down the request path's line,
+lazily, with the next acquire. Each 10 s slice also adds into its 1 min and 1 h rollups
+(one MERGE script per slice, server-side), so a window of any length reads at most a few
+hundred slices per route. Fine slices expire after two hours, rollups after `retention_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from router.errors import StoreUnavailable
+from router.state.latency import (
+    ROLLUPS_S,
+    SLICE_S,
+    CountBook,
+    Counts,
+    Histogram,
+    LatencyBook,
+    Metric,
+    add_counts,
+    figures_by_route,
+    resolution_for,
+    rolled_up,
+    rolled_up_counts,
+    slice_of,
+    slices_in_window,
+)
+from router.state.redis.parts import RedisParts, log
+from router.state.redis.scripts import MERGE
+
+_FINE_TTL_S = 2 * 3600  # 10 s slices serve windows up to an hour; the rollups keep the rest
+
+Slices = Mapping[tuple[str, Metric, int], Histogram]
+Counted = Mapping[tuple[str, int], Counts]
+
+
+class RedisSeries(RedisParts):
+    _book: LatencyBook
+    _counts: CountBook
+
+    def observe(self, route: str, metric: Metric, value_ms: float) -> None:
+        self._book.observe(route, metric, value_ms, time.time())
+
+    def count(self, route: str, counts: Mapping[str, float]) -> None:
+        self._counts.add(route, counts, time.time())
+
+    async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]:
+        windows: dict[str, Counts] = {}
+        for route, slices in (await self._window_slices(routes, window_s, self._keys.counts)).items():
+            merged: Counts = {}
+            for fields in slices:
+                add_counts(merged, {k.decode(): float(v) for k, v in fields.items()})
+            windows[route] = merged
+        return windows
+
+    async def counts_series(
+        self, routes: Sequence[str], window_s: float
+    ) -> tuple[int, dict[str, list[tuple[int, Counts]]]]:
+        step = resolution_for(window_s)
+        starts = list(slices_in_window(time.time(), window_s, step))
+        series: dict[str, list[tuple[int, Counts]]] = {}
+        for route, slices in (await self._window_slices(routes, window_s, self._keys.counts)).items():
+            series[route] = [
+                (start, {k.decode(): float(v) for k, v in fields.items()})
+                for start, fields in zip(starts, slices, strict=True)
+            ]
+        return step, series
+
+    async def latency_window(
+        self, routes: Sequence[str], metric: Metric, window_s: float
+    ) -> dict[str, Histogram]:
+        windows: dict[str, Histogram] = {}
+        slices_by_route = await self._window_slices(
+            routes, window_s, lambda route, start, step: self._keys.latency(route, metric, start, step)
+        )
+        for route, slices in slices_by_route.items():
+            merged = Histogram()
+            for fields in slices:
+                merged.merge(Histogram.from_fields(fields))
+            windows[route] = merged
+        return windows
+
+    async def refresh_latency(self) -> None:
+        """Recompute every route's windowed figures from the merged slices in Redis."""
+        ttft = await self.latency_window(self._routes, Metric.TTFT, self._window_s)
+        e2e = await self.latency_window(self._routes, Metric.E2E, self._window_s)
+        self._snapshot = replace(
+            self._snapshot, ttft=figures_by_route(ttft.items()), e2e=figures_by_route(e2e.items())
+        )
+
+    async def _window_slices(
+        self, routes: Sequence[str], window_s: float, key: Callable[[str, int, int], str]
+    ) -> dict[str, list[dict[bytes, bytes]]]:
+        """Each route's slice hashes over the last `window_s` seconds (sent at once), at the
+        resolution that keeps them at most a few hundred per route. StoreUnavailable when
+        Redis cannot be reached."""
+        step = resolution_for(window_s)
+        starts = slices_in_window(time.time(), window_s, step)
+        commands = [("HGETALL", key(route, start, step)) for route in routes for start in starts]
+        replies = await self._batch.call_all(commands)
+        error = next((r for r in replies if isinstance(r, BaseException)), None)
+        if error is not None:
+            raise StoreUnavailable(f"Redis is unreachable ({error})") from error
+        fields = [as_mapping(reply) for reply in replies]
+        per_route = len(starts)
+        return {route: fields[i * per_route : (i + 1) * per_route] for i, route in enumerate(routes)}
+
+    async def flush(self) -> None:
+        """Merge the buffered samples into Redis; on failure they are lost, counted in the
+        warning, rather than piling up while Redis is away."""
+        slices = self._book.drain()
+        counted = self._counts.drain()
+        if not slices and not counted:
+            return
+        try:
+            await self._merge(slices, counted)
+        except RedisError:
+            lost = sum(h.samples for h in slices.values())
+            log.warning("state store: %d latency samples dropped, Redis unreachable", lost)
+            raise
+
+    async def _merge(self, slices: Slices, counted: Counted) -> None:
+        """Each MERGE is a script call of its own, so one a restarted Redis did not know is
+        loaded and sent again alone, the others not (they were applied). On a cluster the
+        rollups live in other hash slots: plain commands, each routed to its node."""
+        if self._cluster:
+            answers = await self._batch.call_all(self._merge_commands(slices, counted), lazy=True)
+            errors = [answer for answer in answers if isinstance(answer, BaseException)]
+            if errors:
+                raise errors[0] if isinstance(errors[0], RedisError) else RedisError(str(errors[0]))
+            return
+        await asyncio.gather(
+            *(
+                self._batch.call_script(MERGE, keys, args, lazy=True)
+                for keys, args in self._merge_scripts(slices, counted)
+            )
+        )
+
+    def _rollup_ttl(self, step: int) -> int:
+        return self._retention_s if step > SLICE_S else min(self._retention_s, _FINE_TTL_S)
+
+    def _merge_scripts(self, slices: Slices, counted: Counted) -> list[tuple[list[str], list[Any]]]:
+        """The keys and arguments of one MERGE per 10 s slice, into the slice and its rollups."""
+        ttls = [self._rollup_ttl(step) for step in ROLLUPS_S]
+        calls: list[tuple[list[str], list[Any]]] = []
+        for (route, metric, start), histogram in slices.items():
+            keys = [self._keys.latency(route, metric, slice_of(start, step), step) for step in ROLLUPS_S]
+            args: list[Any] = [*ttls, len(histogram.counts)]
+            for bucket, count in histogram.counts.items():
+                args += [bucket, count]
+            args += [
+                Histogram.SUM_FIELD,
+                repr(histogram.total),
+                Histogram.SQUARES_FIELD,
+                repr(histogram.total_sq),
+            ]
+            calls.append((keys, args))
+        for (route, start), counts in counted.items():
+            keys = [self._keys.counts(route, slice_of(start, step), step) for step in ROLLUPS_S]
+            args = [*ttls, 0]
+            for name, value in counts.items():
+                args += [name, repr(float(value))]
+            calls.append((keys, args))
+        return calls
+
+    def _merge_commands(self, slices: Slices, counted: Counted) -> list[tuple[Any, ...]]:
+        """The same increments as plain commands (cluster)."""
+        commands: list[tuple[Any, ...]] = []
+        for step in ROLLUPS_S:
+            ttl = self._rollup_ttl(step)
+            for (route, metric, start), histogram in rolled_up(slices, step).items():
+                key = self._keys.latency(route, metric, start, step)
+                commands += [("HINCRBY", key, bucket, count) for bucket, count in histogram.counts.items()]
+                commands.append(("HINCRBYFLOAT", key, Histogram.SUM_FIELD, repr(histogram.total)))
+                commands.append(("HINCRBYFLOAT", key, Histogram.SQUARES_FIELD, repr(histogram.total_sq)))
+                commands.append(("EXPIRE", key, ttl))
+            for (route, start), counts in rolled_up_counts(counted, step).items():
+                key = self._keys.counts(route, start, step)
+                commands += [
+                    ("HINCRBYFLOAT", key, name, repr(float(value))) for name, value in counts.items()
+                ]
+                commands.append(("EXPIRE", key, ttl))
+        return commands
+
+
+def as_mapping(reply: Any) -> dict[bytes, bytes]:
+    """A hash's fields from HGETALL: a map in RESP3 (and from redis-py), pairs in RESP2."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2], strict=True))
