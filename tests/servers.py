@@ -161,11 +161,14 @@ def _redis_major() -> int:
 class RedisServer:
     """A real `redis-server` on a free loopback port, no persistence; ended by its PID."""
 
-    def __init__(self, *extra: str) -> None:
+    def __init__(self, *extra: str, password: str | None = None) -> None:
+        """`extra`: more redis-server arguments; `password`: its `requirepass`."""
         self.port = next(free_port_iter())
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        secret = f":{password}@" if password else ""
+        self.url = f"redis://{secret}127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
-        self._extra = extra
+        self._extra = (*extra, *(("--requirepass", password) if password else ()))
 
     def start(self) -> RedisServer:
         self.proc = subprocess.Popen(
@@ -192,7 +195,7 @@ class RedisServer:
 
     def _answers(self) -> bool:
         try:
-            return bool(redis.Redis(port=self.port, socket_timeout=0.5).ping())
+            return bool(redis.Redis(port=self.port, password=self.password, socket_timeout=0.5).ping())
         except redis.RedisError:
             return False
 
@@ -202,7 +205,7 @@ class RedisServer:
             self.proc.wait(timeout=15)
 
     def flush(self) -> None:
-        redis.Redis(port=self.port).flushall()
+        redis.Redis(port=self.port, password=self.password).flushall()
 
 
 class RedisClusterServers:
