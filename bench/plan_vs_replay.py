@@ -204,12 +204,12 @@ def replay_plan(
             f"replay of {slice_name} {plan.label} failed:\n{done.stdout}\n{done.stderr[-2000:]}"
         )
     found: dict[str, Any] = orjson.loads((workdir / "replay" / "replay.json").read_bytes())
-    if plan.keep_warm_s:  # the probes the simulator served beyond the replayed rows: spend
+    if plan.keep_warm_s:  # the keep-warm pings the simulator served beyond the replayed rows: spend
         s = SERVERLESS["deepseek-serverless"]
         probes = served - found["routes"].get(SERVERLESS_ROUTE, 0)
         spend = probes * token_cost_usd(KEEP_WARM_PROMPT_TOKENS, 1, s.usd_per_mtok_in, s.usd_per_mtok_out)
         successes = found["slo_attainment"] * found["requests"]
-        found |= {"keep_warm_probes": probes, "keep_warm_usd": round(spend, 6)}
+        found |= {"keep_warm_pings": probes, "keep_warm_usd": round(spend, 6)}
         found["cost_usd"] = round(found["cost_usd"] + spend, 6)
         found["cost_per_slo_success_usd"] = round(found["cost_usd"] / successes, 8) if successes else None
     return found

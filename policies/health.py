@@ -4,7 +4,7 @@ is open, keep the one whose cooldown ends first (panic mode) rather than failing
 Open circuits come from the snapshot (`circuit_open`: route key -> end of cooldown on the
 snapshot's clock), shared by every replica through the state store; router/request/breaker.py
 opens and closes them. A circuit whose cooldown is over is half-open: its endpoint is
-eligible again, and the next attempt is the probe.
+eligible again, and the next attempt is its trial.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ model's `slo.ttft_p95_ms` (`slo_breach`), until it recovers.
 The verdict is a latch (policies/hysteresis.py): on when the p95 over the latency window is
 over the SLO, off when it is at or under `recover_ratio` x SLO, or when the window holds fewer
 than `min_samples` (the breached route gets no new traffic, so its slow samples age out of the
-window and the route is tried again: that is the probe). The gateway's signal loop steps the
+window and the route is tried again: that is its trial). The gateway's signal loop steps the
 latches (router/signals/loop.py) and puts the breached routes in the snapshot; the filter only
 reads them.
 """

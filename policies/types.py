@@ -117,6 +117,6 @@ class Snapshot:
         return self.in_flight.get(pool, 0) + self.waiting.get(pool, 0)
 
     def half_open(self, route: str) -> bool:
-        """`route`'s circuit was opened and its cooldown is over: the next attempt is a probe."""
+        """`route`'s circuit was opened and its cooldown is over: the next attempt is a trial."""
         until = self.circuit_open.get(route)
         return until is not None and until <= self.now

@@ -8,15 +8,12 @@ app opened: the upstream connection pools and the state store.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
@@ -25,18 +22,11 @@ from policies.base import Policy
 from router.canary.controller import CanaryController
 from router.config import ConfigError, GatewayConfig
 from router.economics.costs import EconomicsGauges
-from router.errors import (
-    INTERNAL_ERROR_MESSAGE,
-    GatewayError,
-    InvalidRequest,
-    MethodNotAllowed,
-    RouteNotFound,
-    error_body,
-)
-from router.http import api
+from router.http import proxy, routes
 from router.http.admin import admin_router
 from router.http.auth import ApiKeys, KeyDigests
 from router.http.feedback import feedback_route
+from router.http.handlers import install_error_handlers
 from router.http.in_flight import InFlightLimit
 from router.record.records import Recorder
 from router.record.tasks import TaskLedger
@@ -91,17 +81,36 @@ def store_for(config: GatewayConfig) -> StateStore:
     )
 
 
-def create_app(
+@dataclass(frozen=True)
+class Parts:
+    """The gateway's parts, built once and wired by hand (router/app.py is the only place that
+    knows them all); each part sees only the roles of the store it needs."""
+
+    config: GatewayConfig
+    store: StateStore
+    upstream: Upstream
+    telemetry: Telemetry
+    recorder: Recorder
+    signals: Signals
+    ledger: TaskLedger
+    gauges: EconomicsGauges
+    controller: CanaryController
+    keep_warm: KeepWarm
+    dispatcher: Dispatcher
+    keys: ApiKeys
+
+    def background(self) -> tuple[Service, ...]:
+        """What runs beside the requests, in start order (closed in reverse)."""
+        return (self.ledger, self.gauges, self.controller, self.keep_warm)
+
+
+def build_parts(
     config: GatewayConfig,
-    *,
-    store: StateStore | None = None,
-    transport: TransportFactory = aiohttp_transport,
-    recorder: Recorder | None = None,
-    telemetry: Telemetry | None = None,
-) -> FastAPI:
-    """`telemetry` defaults to OTLP export when the standard OTEL_* variables are set, and no
-    tracing otherwise; `/metrics` serves its Prometheus registry either way."""
-    store = store or store_for(config)
+    store: StateStore,
+    transport: TransportFactory,
+    recorder: Recorder | None,
+    telemetry: Telemetry | None,
+) -> Parts:
     endpoints = [e for model in config.models.values() for e in model.endpoints]
     upstream = Upstream(endpoints, transport)
     telemetry = telemetry or Telemetry(*default_providers())
@@ -110,9 +119,6 @@ def create_app(
     telemetry.watch(signals.snapshot, store)
     early = EarlyBound(config.tasks.max_early_feedback, config.tasks.early_feedback_s)
     ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled, early=early)
-    gauges = EconomicsGauges(config, store, telemetry.economics)
-    controller = CanaryController(config, store, signals.snapshot, telemetry.registry)
-    keep_warm = KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s)
     dispatcher = Dispatcher(
         config,
         store,
@@ -123,75 +129,119 @@ def create_app(
         breakers=Breakers(store, breaker_configs(config)),
         telemetry=telemetry,
     )
-    keys = ApiKeys(config.auth.api_keys)
+    return Parts(
+        config,
+        store,
+        upstream,
+        telemetry,
+        recorder,
+        signals,
+        ledger,
+        EconomicsGauges(config, store, telemetry.economics),
+        CanaryController(config, store, signals.snapshot, telemetry.registry),
+        KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s),
+        dispatcher,
+        ApiKeys(config.auth.api_keys),
+    )
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        try:
-            await store.start()
-        except StoreUnreachableAtStart as exc:
-            log.error("tidegate cannot start: %s", exc)
-            app.state.startup_error = str(exc)
-            await upstream.aclose()
-            await store.close()
-            raise
-        log.info("%s", auth_mode(config))
-        await signals.start()
-        for service in (ledger, gauges, controller, keep_warm):
-            service.start()
-        try:
-            yield
-        finally:
-            for running in (keep_warm, controller, gauges, signals, ledger):
-                await running.close()
-            await upstream.aclose()
-            await store.close()
 
+def create_app(
+    config: GatewayConfig,
+    *,
+    store: StateStore | None = None,
+    transport: TransportFactory = aiohttp_transport,
+    recorder: Recorder | None = None,
+    telemetry: Telemetry | None = None,
+) -> FastAPI:
+    """`telemetry` defaults to OTLP export when the standard OTEL_* variables are set, and no
+    tracing otherwise; `/metrics` serves its Prometheus registry either way."""
+    parts = build_parts(config, store or store_for(config), transport, recorder, telemetry)
     app = GatewayApp(
         max_in_flight=config.limits.max_in_flight,
         title="tidegate",
         docs_url=None,
         redoc_url=None,
-        lifespan=lifespan,
+        lifespan=_lifespan(parts),
     )
     for name, value in (
         ("startup_error", None),
         ("config", config),
-        ("recorder", recorder),
-        ("store", store),
-        ("signals", signals),
-        ("telemetry", telemetry),
-        ("ledger", ledger),
-        ("canary", controller),
-        ("keep_warm", keep_warm),
+        ("recorder", parts.recorder),
+        ("store", parts.store),
+        ("signals", parts.signals),
+        ("telemetry", parts.telemetry),
+        ("ledger", parts.ledger),
+        ("canary", parts.controller),
+        ("keep_warm", parts.keep_warm),
     ):
         setattr(app.state, name, value)
-    for path in api.PROXIED_PATHS:
-        endpoint = api.proxied_endpoint(path, dispatcher, keys, config.limits)
+    _routes(app, parts)
+    install_error_handlers(app)
+    return app
+
+
+def _lifespan(parts: Parts) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the store (fail closed), then the signals and the background services; close them
+    all, the store last, however serving ends."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await parts.store.start()
+        except StoreUnreachableAtStart as exc:
+            log.error("tidegate cannot start: %s", exc)
+            app.state.startup_error = str(exc)
+            await parts.upstream.aclose()
+            await parts.store.close()
+            raise
+        log.info("%s", auth_mode(parts.config))
+        await parts.signals.start()
+        for service in parts.background():
+            service.start()
+        try:
+            yield
+        finally:
+            for running in reversed(parts.background()):
+                await running.close()
+            await parts.signals.close()
+            await parts.upstream.aclose()
+            await parts.store.close()
+
+    return lifespan
+
+
+def _routes(app: GatewayApp, parts: Parts) -> None:
+    config = parts.config
+    for path in proxy.PROXIED_PATHS:
+        endpoint = proxy.proxied_endpoint(path, parts.dispatcher, parts.keys, config.limits)
         app.lean["/v1" + path] = endpoint
         app.router.routes.append(Route("/v1" + path, endpoint, methods=["POST"]))  # other methods: 405
-    app.router.routes.extend(api.models_routes(config, keys))
+    app.router.routes.extend(routes.models_routes(config, parts.keys))
     admin = KeyDigests([config.auth.admin_key])
-    app.router.routes.append(feedback_route(ledger, keys, admin, config.limits.body_timeout_s))
-    app.router.routes.extend(api.health_routes(store, config.time_scale))
-    app.router.routes.append(api.metrics_route(telemetry.registry))
-    app.include_router(admin_router(config, store, signals, controller))
-    _install_error_handlers(app)
-    return app
+    app.router.routes.append(feedback_route(parts.ledger, parts.keys, admin, config.limits.body_timeout_s))
+    app.router.routes.extend(routes.health_routes(parts.store, config.time_scale))
+    app.router.routes.append(routes.metrics_route(parts.telemetry.registry))
+    app.include_router(admin_router(config, parts.store, parts.signals, parts.controller))
+
+
+class Service(Protocol):
+    def start(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class GatewayApp(FastAPI):
     """FastAPI for the admin, models and health routes, with the proxied paths served ahead
-    of its middleware stack (api.LeanApi) and the in-flight limit outermost."""
+    of its middleware stack (proxy.LeanApi) and the in-flight limit outermost."""
 
     def __init__(self, *, max_in_flight: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.lean: dict[str, api.Endpoint] = {}
+        self.lean: dict[str, proxy.Endpoint] = {}
         self._max_in_flight = max_in_flight
 
     def build_middleware_stack(self) -> ASGIApp:
         return InFlightLimit(
-            api.LeanApi(super().build_middleware_stack(), self.lean), limit=self._max_in_flight
+            proxy.LeanApi(super().build_middleware_stack(), self.lean), limit=self._max_in_flight
         )
 
 
@@ -203,38 +253,3 @@ def auth_mode(config: GatewayConfig) -> str:
     )
     admin = "admin key set" if auth.admin_key else "admin API off (403: no auth.admin_key)"
     return f"auth: client API {clients}; {admin}"
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    async def gateway_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, GatewayError)
-        return api.error_response(exc)
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        error: GatewayError
-        if exc.status_code == 405:
-            error = MethodNotAllowed(f"Method {request.method} is not allowed on {request.url.path}")
-        elif exc.status_code == 404:
-            error = RouteNotFound(f"Unknown request URL: {request.method} {request.url.path}")
-        else:
-            return Response(
-                error_body(str(exc.detail), "invalid_request_error", None, None),
-                status_code=exc.status_code,
-                media_type="application/json",
-            )
-        return await gateway_error(request, error)
-
-    async def invalid_body(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        first = exc.errors()[0] if exc.errors() else {"msg": "invalid request"}
-        return await gateway_error(request, InvalidRequest(f"invalid request body: {first['msg']}"))
-
-    async def unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return api.error_response(GatewayError(INTERNAL_ERROR_MESSAGE))
-
-    app.add_exception_handler(GatewayError, gateway_error)
-    app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(RequestValidationError, invalid_body)
-    app.add_exception_handler(Exception, unexpected)

@@ -25,24 +25,34 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, replace
 from typing import Any, Protocol
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from policies.types import Snapshot, route_key
-from router.canary.analysis import Analysis, Side, Verdict, analyse
+from router.canary.analysis import Analysis, Side, analyse
+from router.canary.gauges import CanaryGauges
+from router.canary.run import (
+    IDLE,
+    PAUSED,
+    PROGRESSING,
+    CanaryConflict,
+    CanaryRun,
+    admin_action,
+    decide,
+    started,
+)
 from router.canary.weights import Rates, like_with_like
 from router.config import CanaryControllerConfig, GatewayConfig, ModelConfig
 from router.economics.costs import provisioned
-from router.errors import ClientError, StoreUnavailable
+from router.errors import StoreUnavailable
 from router.periodic import stop
 from router.record.callers import callers_of
 from router.state.latency import Counts, Histogram, Metric, add_counts
+from router.state.roles import CanaryRuns, Leadership, Windows
 
 log = logging.getLogger("tidegate")
 events_log = logging.getLogger("tidegate.canary")
@@ -51,57 +61,9 @@ HISTORY = 200  # events kept per model
 TICK_S = 1.0  # how often the controller renews its lease and looks at the runs
 _CAS_TRIES = 8
 
-IDLE, PROGRESSING, PAUSED, PROMOTED, ROLLED_BACK = "idle", "progressing", "paused", "promoted", "rolled_back"
-ACTIONS = ("start", "pause", "resume", "abort", "promote")
 
-
-class CanaryConflict(ClientError):
-    status = 409
-    code = "canary_conflict"
-
-
-@dataclass(frozen=True, slots=True)
-class CanaryRun:
-    state: str = IDLE
-    step: int = -1  # index into the model's plan of percents
-    percent: float = 0.0
-    failures: int = 0  # failed analyses in a row
-    next_at: float | None = None  # wall-clock time of the next analysis
-    started_at: float | None = None
-    updated_at: float | None = None
-    note: str = ""
-
-    def as_json(self) -> bytes:
-        return orjson.dumps(asdict(self))
-
-    @classmethod
-    def parse(cls, raw: bytes | None) -> CanaryRun:
-        if not raw:
-            return cls()
-        found = orjson.loads(raw)
-        return cls(**{k: v for k, v in found.items() if k in cls.__dataclass_fields__})
-
-
-class CanaryStore(Protocol):
-    async def lead(self, token: str, ttl_s: float) -> bool: ...
-
-    async def resign(self, token: str) -> None: ...
-
-    async def canary_run(self, model: str) -> tuple[int, bytes | None]: ...
-
-    async def canary_history(self, model: str, limit: int) -> list[bytes]: ...
-
-    async def write_canary(
-        self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
-    ) -> int: ...
-
-    async def set_canary(self, model: str, percent: float) -> None: ...
-
-    async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]: ...
-
-    async def latency_window(
-        self, routes: Sequence[str], metric: Metric, window_s: float
-    ) -> dict[str, Histogram]: ...
+class CanaryStore(Leadership, CanaryRuns, Windows, Protocol):
+    """The state store as the controller uses it (router/state/roles.py)."""
 
 
 class CanaryController:
@@ -131,7 +93,7 @@ class CanaryController:
             registry=registry,
         )
         if registry is not None:
-            registry.register(_CanaryGauges(config, snapshot))
+            registry.register(CanaryGauges(config, snapshot))
 
     # --- the leader's loop ----------------------------------------------------------------
 
@@ -176,7 +138,7 @@ class CanaryController:
         run = CanaryRun.parse(raw)
         now = time.time()
         if run.state == IDLE and run.started_at is None and canary.start == "auto":
-            await self._write(model, version, _started(canary, now), "start", None, leader=True, before=run)
+            await self._write(model, version, started(canary, now), "start", None, leader=True, before=run)
             return
         if run.state != PROGRESSING:
             return
@@ -275,7 +237,7 @@ class CanaryController:
         for _ in range(_CAS_TRIES):
             version, raw = await self._store.canary_run(model)
             before = CanaryRun.parse(raw)
-            after = _admin_action(before, action, canary, time.time())
+            after = admin_action(before, action, canary, time.time())
             written = await self._write(model, version, after, action, None, leader=False, before=before)
             if written > 0:
                 return after
@@ -321,12 +283,12 @@ class CanaryController:
         canary = self.controlled(model)
         run = CanaryRun.parse((await self._store.canary_run(model))[1])
         analysis = await self.analyse(model, self._config.models[model])
-        probe = run if run.state == PROGRESSING else _started(canary, time.time())
-        after, action = decide(probe, analysis, canary, time.time())
+        trial = run if run.state == PROGRESSING else started(canary, time.time())
+        after, action = decide(trial, analysis, canary, time.time())
         return {
             "model": model,
             "state": run.state,
-            "percent": probe.percent,
+            "percent": trial.percent,
             "would": action,
             "percent_after": after.percent,
             "analysis": analysis.as_json(),
@@ -362,107 +324,3 @@ def _side(
         cost_usd=total.get("cost_usd", 0.0) if cost is None else cost,
         successful_tasks=total.get("tasks_ok", 0.0),
     )
-
-
-def _started(canary: CanaryControllerConfig, now: float) -> CanaryRun:
-    plan = canary.plan()
-    return CanaryRun(PROGRESSING, 0, plan[0], 0, now + canary.interval_s, now, now, "started")
-
-
-def decide(
-    run: CanaryRun, analysis: Analysis, canary: CanaryControllerConfig, now: float
-) -> tuple[CanaryRun, str]:
-    """The next run after an analysis, and the action's name."""
-    plan = canary.plan()
-    later = now + canary.interval_s
-    if analysis.verdict is Verdict.PASS:
-        step = run.step + 1
-        if step >= len(plan) - 1:
-            return replace(
-                run,
-                state=PROMOTED,
-                step=len(plan) - 1,
-                percent=plan[-1],
-                failures=0,
-                next_at=None,
-                updated_at=now,
-                note="promoted",
-            ), "promote"
-        return replace(
-            run,
-            step=step,
-            percent=plan[step],
-            failures=0,
-            next_at=later,
-            updated_at=now,
-            note=f"step {step + 1} of {len(plan)}",
-        ), "step_up"
-    if analysis.verdict is Verdict.INCONCLUSIVE:
-        return replace(run, next_at=later, updated_at=now, note=analysis.reason), "hold"
-    failures = run.failures + 1
-    if failures < canary.failure_threshold:
-        return replace(
-            run, failures=failures, next_at=later, updated_at=now, note=analysis.reason
-        ), "hold_failed"
-    if canary.on_failure == "rollback":
-        note = f"rolled back after {failures} failed analyses: {analysis.reason}"
-        return replace(
-            run, state=ROLLED_BACK, percent=0.0, failures=failures, next_at=None, updated_at=now, note=note
-        ), "rollback"
-    note = f"paused after {failures} failed analyses: {analysis.reason}"
-    return replace(run, state=PAUSED, failures=failures, next_at=None, updated_at=now, note=note), "pause"
-
-
-def _admin_action(run: CanaryRun, action: str, canary: CanaryControllerConfig, now: float) -> CanaryRun:
-    plan = canary.plan()
-    if action == "start":
-        if run.state == PROGRESSING:
-            raise CanaryConflict("a canary run is already in progress; pause or abort it first")
-        return _started(canary, now)
-    if action == "pause":
-        if run.state != PROGRESSING:
-            raise CanaryConflict(f"only a run in progress can be paused (state: {run.state})")
-        return replace(run, state=PAUSED, next_at=None, updated_at=now, note="paused by an admin")
-    if action == "resume":
-        if run.state != PAUSED or run.step < 0:
-            raise CanaryConflict(f"only a paused run can be resumed (state: {run.state})")
-        percent = plan[min(run.step, len(plan) - 1)]
-        return replace(
-            run,
-            state=PROGRESSING,
-            percent=percent,
-            failures=0,
-            next_at=now + canary.interval_s,
-            updated_at=now,
-            note="resumed",
-        )
-    if action == "abort":
-        return replace(
-            run, state=ROLLED_BACK, percent=0.0, next_at=None, updated_at=now, note="aborted by an admin"
-        )
-    if action == "promote":
-        return replace(
-            run,
-            state=PROMOTED,
-            step=len(plan) - 1,
-            percent=plan[-1],
-            next_at=None,
-            updated_at=now,
-            note="promoted by an admin",
-        )
-    raise CanaryConflict(f"unknown canary action {action!r}; one of {', '.join(ACTIONS)}")
-
-
-class _CanaryGauges(Collector):
-    """tidegate_canary_percent{model}: the live percent every replica obeys."""
-
-    def __init__(self, config: GatewayConfig, snapshot: Callable[[], Snapshot]) -> None:
-        self._config = config
-        self._snapshot = snapshot
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        live = self._snapshot().canary_percent
-        family = GaugeMetricFamily("tidegate_canary_percent", "The canary percent in force", labels=["model"])
-        for name, model in self._config.models.items():
-            family.add_metric([name], live.get(name, model.canary_percent))
-        return [family]

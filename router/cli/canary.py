@@ -3,11 +3,16 @@ through the admin API (`GET/POST /admin/models/{m}/canary...`), `status --watch`
 
 from __future__ import annotations
 
+import argparse
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
+
+from router.cli.admin_client import AdminCallFailed, call_admin
+from router.cli.watch import add_admin_options, show
 
 
 def render_status(status: dict[str, Any]) -> Group:
@@ -61,3 +66,75 @@ def render_plan(plan: dict[str, Any]) -> str:
         f"{plan['model']} ({plan['state']}, at {plan['percent']:g}%): the controller would {plan['would']} "
         f"→ {plan['percent_after']:g}%\nverdict: {analysis['verdict']} ({analysis['reason']})\n{checks}"
     )
+
+
+def add_parser(commands: Any) -> None:
+    canary = commands.add_parser("canary", help="a model's canary: set it by hand, or drive the controller")
+    actions = canary.add_subparsers(required=True, metavar="ACTION")
+    setter = actions.add_parser("set", help="set MODEL's canary percent on every replica")
+    setter.add_argument("model")
+    setter.add_argument("percent", type=float)
+    add_admin_options(setter)
+    setter.set_defaults(run=_canary_set)
+    status = actions.add_parser("status", help="the canary controller's run and history")
+    status.add_argument("model")
+    status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    status.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
+    add_admin_options(status)
+    status.set_defaults(run=_canary_status)
+    for action, text in _ACTIONS:
+        command = actions.add_parser(action, help=text)
+        command.add_argument("model")
+        add_admin_options(command)
+        command.set_defaults(run=_canary_action, action=action)
+
+
+_ACTIONS = (
+    ("start", "start a run: step through the plan while dedicated holds up"),
+    ("pause", "pause the run at its current percent"),
+    ("resume", "resume a paused run"),
+    ("abort", "end the run and send the model's traffic back to 0 percent"),
+    ("promote", "end the run at the plan's last percent"),
+    ("plan", "dry run: what the controller would do now, and why (changes nothing)"),
+)
+
+
+def _canary_set(args: argparse.Namespace) -> int:
+    try:
+        body = call_admin(
+            "PUT", args.url, f"/admin/models/{args.model}/canary", args.admin_key, {"percent": args.percent}
+        )
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    live, configured = body["canary_percent"], body["configured_canary_percent"]
+    print(f"{args.model}: canary {live:g}% (configured {configured:g}%)")
+    return 0
+
+
+def _canary_status(args: argparse.Namespace) -> int:
+    def fetch() -> Group:
+        return render_status(
+            call_admin("GET", args.url, f"/admin/models/{args.model}/canary", args.admin_key)
+        )
+
+    return show(fetch, Console(), watch=args.watch, every_s=args.every)
+
+
+def _canary_action(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "plan":
+            print(
+                render_plan(
+                    call_admin("GET", args.url, f"/admin/models/{args.model}/canary/plan", args.admin_key)
+                )
+            )
+            return 0
+        found = call_admin(
+            "POST", args.url, f"/admin/models/{args.model}/canary/{args.action}", args.admin_key
+        )
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    Console().print(render_status(found))
+    return 0

@@ -28,9 +28,10 @@ from typing import Any
 import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from router.cli.admin_client import AdminCallFailed, call_admin
+from router.cli.options import add_options, option
+from router.cli.plan_output import pareto_plot, plan_table
 from router.config import ConfigError, DedicatedEndpoint, ServerlessEndpoint, load_config
 from router.offline import calibration
 from router.offline.calibration import (
@@ -41,7 +42,7 @@ from router.offline.calibration import (
 )
 from router.offline.planner.model import System
 from router.offline.planner.sweep import Grid, break_even, choose, pareto, sweep
-from router.offline.replay import load, scale_rate, window
+from router.offline.replay import Arrival, load, scale_rate, window
 
 Z95 = 1.6449  # the standard normal's 95th percentile: a log-normal's p95 / p50 = exp(Z95 x sigma)
 
@@ -157,27 +158,12 @@ def _grid(args: argparse.Namespace) -> Grid:
 
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    try:
-        dedicated_endpoint, serverless_endpoint, window_s, max_waiters = _from_config(args)
-        d = _dedicated(args, dedicated_endpoint)
-        s = _serverless(args, serverless_endpoint)
-        if args.calibrate:
-            d, s, notes = calibrate(args.calibrate, args.admin_key, args.model, d, s)
-            console.print("calibrated from " + args.calibrate + ": " + "; ".join(notes))
-        rows = window(load(Path(args.trace), args.format), args.start, args.minutes)
-        rows = scale_rate(rows, args.scale_rate, seed=args.seed)
-    except (OSError, ValueError, KeyError, ConfigError, AdminCallFailed) as exc:
-        print(f"tidegate plan: {exc}", file=sys.stderr)
+    inputs = _inputs(args, console)
+    if isinstance(inputs, str):
+        print(f"tidegate plan: {inputs}", file=sys.stderr)
         return 2
-    if not rows:
-        print("tidegate plan: no rows in that window", file=sys.stderr)
-        return 2
-    if args.price_sweep and 0 not in args.replicas:
-        message = "--price-sweep compares with all-serverless: keep 0 in --replicas"
-        print(f"tidegate plan: {message}", file=sys.stderr)
-        return 2
+    rows, system, d, s = inputs
     span_s = (args.minutes * 60) if args.minutes is not None else rows[-1].at_s
-    system = System(d, s, window_s=window_s, max_waiters=max_waiters)
     plans = _grid(args).plans()
     started = time.perf_counter()
     with Progress(
@@ -199,15 +185,16 @@ def run(args: argparse.Namespace) -> int:
     if args.price_sweep and baseline is not None:
         for r in results:
             r["break_even"] = break_even(r, baseline, system)
+    trace = {
+        "path": str(args.trace),
+        "start_min": args.start,
+        "minutes": args.minutes,
+        "scale_rate": args.scale_rate,
+        "requests": len(rows),
+        "span_s": span_s,
+    }
     found = {
-        "trace": {
-            "path": str(args.trace),
-            "start_min": args.start,
-            "minutes": args.minutes,
-            "scale_rate": args.scale_rate,
-            "requests": len(rows),
-            "span_s": span_s,
-        },
+        "trace": trace,
         "slo": {"ttft_ms": args.slo_ttft_ms, "target_attainment": args.target},
         "dedicated": dataclasses.asdict(d),
         "serverless": dataclasses.asdict(s),
@@ -215,14 +202,42 @@ def run(args: argparse.Namespace) -> int:
         "pareto": front,
         "model_seconds": round(elapsed, 3),
     } | verdict
+    return _write(found, args, len(rows), elapsed)
+
+
+def _inputs(
+    args: argparse.Namespace, console: Console
+) -> tuple[list[Arrival], System, DedicatedCalibration, ServerlessCalibration] | str:
+    """The trace's rows and the system to model, or what is wrong with the arguments."""
+    try:
+        dedicated_endpoint, serverless_endpoint, window_s, max_waiters = _from_config(args)
+        d = _dedicated(args, dedicated_endpoint)
+        s = _serverless(args, serverless_endpoint)
+        if args.calibrate:
+            d, s, notes = calibrate(args.calibrate, args.admin_key, args.model, d, s)
+            console.print("calibrated from " + args.calibrate + ": " + "; ".join(notes))
+        rows = window(load(Path(args.trace), args.format), args.start, args.minutes)
+        rows = scale_rate(rows, args.scale_rate, seed=args.seed)
+    except (OSError, ValueError, KeyError, ConfigError, AdminCallFailed) as exc:
+        return str(exc)
+    if not rows:
+        return "no rows in that window"
+    if args.price_sweep and 0 not in args.replicas:
+        return "--price-sweep compares with all-serverless: keep 0 in --replicas"
+    return rows, System(d, s, window_s=window_s, max_waiters=max_waiters), d, s
+
+
+def _write(found: dict[str, Any], args: argparse.Namespace, requests: int, elapsed: float) -> int:
+    """plan.json, the table and the Pareto plot; 1 when no plan met the SLO."""
+    results, verdict = found["plans"], {k: found[k] for k in ("chosen", "why")}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "plan.json").write_bytes(
         orjson.dumps(found, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
-    Console(width=None if os.isatty(1) else 200).print(_table(results, verdict, front, args))
-    plot_note = _plot(found, args.out / "pareto.png")
+    Console(width=None if os.isatty(1) else 200).print(plan_table(results, found, found["pareto"], args))
+    plot_note = pareto_plot(found, args.out / "pareto.png")
     print(
-        f"{len(results)} plans of {len(rows)} requests modelled in {elapsed:.1f}s "
+        f"{len(results)} plans of {requests} requests modelled in {elapsed:.1f}s "
         f"({elapsed / len(results) * 1000:.0f} ms per plan)."
     )
     if verdict["chosen"] is None:
@@ -247,96 +262,41 @@ def _from_config(
     return dedicated, serverless, config.state.window_s, dedicated.max_waiters if dedicated else 64
 
 
-def _usd(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"${value:,.{digits}f}"
-
-
-def _table(
-    results: list[dict[str, Any]], verdict: dict[str, Any], front: list[str], args: argparse.Namespace
-) -> Table:
-    table = Table(title=f"plans: SLO TTFT <= {args.slo_ttft_ms:g} ms for {args.target:.0%} of requests")
-    for column in ("plan", "cost", "per SLO success", "SLO met", "TTFT p95 ms", "ded. util", "spill"):
-        table.add_column(column, justify="left" if column == "plan" else "right")
-    if args.price_sweep:
-        table.add_column("wins below $/GPU-h", justify="right")
-        table.add_column("or serverless price x", justify="right")
-    ordered = sorted(results, key=lambda r: r.get("cost_per_slo_success_usd") or math.inf)
-    shown = ordered if args.show_all else ordered[: args.top]
-    for r in shown:
-        marks = ("* " if r["plan"] == verdict["chosen"] else "") + ("(pareto) " if r["plan"] in front else "")
-        util = r.get("dedicated_utilization")
-        row = [
-            marks + r["plan"],
-            _usd(r["cost_usd"]),
-            _usd(r.get("cost_per_slo_success_usd"), 5),
-            f"{r['slo_attainment']:.1%}",
-            f"{r['ttft_ms']['p95']:,.0f}",
-            "-" if util is None else f"{util:.0%}",
-            f"{r['spill_share']:.0%}",
-        ]
-        if args.price_sweep:
-            be = r.get("break_even") or {}
-            row.append(_usd(be.get("gpu_hour_usd")))
-            row.append("-" if be.get("serverless_price_x") is None else f"{be['serverless_price_x']:.2f}x")
-        table.add_row(*row)
-    if len(shown) < len(results):
-        table.caption = (
-            f"the {len(shown)} cheapest of {len(results)} plans per SLO success (--show-all for all)"
-        )
-    return table
-
-
-def _plot(found: dict[str, Any], path: Path) -> str:
-    try:
-        import matplotlib  # noqa: PLC0415 (optional: the `report` extra)
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        return "no pareto.png: the plot needs matplotlib (pip install 'tidegate[report]')"
-    plans = [p for p in found["plans"] if p.get("cost_per_slo_success_usd") is not None]
-    front = set(found["pareto"])
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.scatter(
-        [p["cost_per_slo_success_usd"] * 1000 for p in plans],
-        [p["slo_attainment"] * 100 for p in plans],
-        color="#bbbbbb",
-        s=14,
-        label="plan",
-    )
-    edge = sorted((p for p in plans if p["plan"] in front), key=lambda p: p["cost_per_slo_success_usd"])
-    ax.plot(
-        [p["cost_per_slo_success_usd"] * 1000 for p in edge],
-        [p["slo_attainment"] * 100 for p in edge],
-        marker="o",
-        color="#1f77b4",
-        label="Pareto front",
-    )
-    for p in edge:
-        ax.annotate(p["plan"], (p["cost_per_slo_success_usd"] * 1000, p["slo_attainment"] * 100), fontsize=7)
-    chosen = next((p for p in plans if p["plan"] == found.get("chosen")), None)
-    if chosen is not None:
-        ax.scatter(
-            [chosen["cost_per_slo_success_usd"] * 1000],
-            [chosen["slo_attainment"] * 100],
-            marker="*",
-            s=220,
-            color="#d62728",
-            label="chosen",
-            zorder=3,
-        )
-    ax.axhline(found["slo"]["target_attainment"] * 100, color="#999999", linestyle="--", linewidth=0.8)
-    ax.set_xscale("log")
-    plain = matplotlib.ticker.FormatStrFormatter("%g")
-    ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(plain)
-    ax.set_xlabel("cost per SLO-successful task (USD per 1,000 tasks)")
-    ax.set_ylabel(f"SLO attainment (% of requests, TTFT <= {found['slo']['ttft_ms']:g} ms)")
-    ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return f"Pareto plot: {path}"
+_GRID = Grid()  # the default plans the options show
+_OPTIONS = (
+    option("trace", help="Azure CSV, Mooncake JSONL or a tidegate access log"),
+    option("--format", choices=("azure", "mooncake", "access-log"), help="default: detected"),
+    option("--start", type=float, default=0.0, help="trace minute to start at"),
+    option("--minutes", type=float, default=None, help="how many trace minutes (default: all)"),
+    option("--scale-rate", type=float, default=1.0, help="multiply the arrival rate"),
+    option("--seed", type=int, default=0),
+    option("--slo-ttft-ms", type=float, default=2000.0),
+    option(
+        "--target", type=float, default=0.95, help="share of requests within the SLO a plan must meet (0-1)"
+    ),
+    option("--replicas", type=int, nargs="+", default=list(_GRID.replicas), help="dedicated replicas"),
+    option("--max-concurrency", type=int, nargs="+", default=list(_GRID.max_concurrency)),
+    option("--max-queue-ms", type=float, nargs="+", default=list(_GRID.max_queue_ms)),
+    option("--canary", type=float, nargs="+", default=list(_GRID.canary_percent), help="percent"),
+    option(
+        "--ttft-budget-ms",
+        type=float,
+        nargs="*",
+        default=list(_GRID.ttft_budget_ms),
+        help="also predicted-TTFT admission at these budgets (ceiling: the largest --max-concurrency)",
+    ),
+    option(
+        "--keep-warm-s",
+        type=float,
+        nargs="+",
+        default=list(_GRID.keep_warm_s),
+        help="serverless keep-warm intervals to try (0: off)",
+    ),
+    option("--price-sweep", action="store_true", help="the prices at which each plan beats all-serverless"),
+    option("--out", type=Path, default=Path("plan"), help="directory for plan.json and pareto.png"),
+    option("--top", type=int, default=15, help="plans shown in the table"),
+    option("--show-all", action="store_true"),
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -344,43 +304,7 @@ def add_parser(commands: Any) -> None:
         "plan",
         help="model dedicated-replica and routing plans over a trace; pick the cheapest meeting the SLO",
     )
-    plan.add_argument("trace", help="Azure CSV, Mooncake JSONL or a tidegate access log")
-    plan.add_argument("--format", choices=("azure", "mooncake", "access-log"), help="default: detected")
-    plan.add_argument("--start", type=float, default=0.0, help="trace minute to start at")
-    plan.add_argument("--minutes", type=float, default=None, help="how many trace minutes (default: all)")
-    plan.add_argument("--scale-rate", type=float, default=1.0, help="multiply the arrival rate")
-    plan.add_argument("--seed", type=int, default=0)
-    plan.add_argument("--slo-ttft-ms", type=float, default=2000.0)
-    plan.add_argument(
-        "--target", type=float, default=0.95, help="share of requests within the SLO a plan must meet (0-1)"
-    )
-    grid = Grid()
-    plan.add_argument(
-        "--replicas", type=int, nargs="+", default=list(grid.replicas), help="dedicated replicas"
-    )
-    plan.add_argument("--max-concurrency", type=int, nargs="+", default=list(grid.max_concurrency))
-    plan.add_argument("--max-queue-ms", type=float, nargs="+", default=list(grid.max_queue_ms))
-    plan.add_argument("--canary", type=float, nargs="+", default=list(grid.canary_percent), help="percent")
-    plan.add_argument(
-        "--ttft-budget-ms",
-        type=float,
-        nargs="*",
-        default=list(grid.ttft_budget_ms),
-        help="also predicted-TTFT admission at these budgets (ceiling: the largest --max-concurrency)",
-    )
-    plan.add_argument(
-        "--keep-warm-s",
-        type=float,
-        nargs="+",
-        default=list(grid.keep_warm_s),
-        help="serverless keep-warm intervals to try (0: off)",
-    )
-    plan.add_argument(
-        "--price-sweep", action="store_true", help="the prices at which each plan beats all-serverless"
-    )
-    plan.add_argument("--out", type=Path, default=Path("plan"), help="directory for plan.json and pareto.png")
-    plan.add_argument("--top", type=int, default=15, help="plans shown in the table")
-    plan.add_argument("--show-all", action="store_true")
+    add_options(plan, _OPTIONS)
     source = plan.add_argument_group("the model's figures (a calibration, then a config, then flags)")
     source.add_argument("--calibration", choices=sorted(calibration.DEDICATED), default="deepseek-r1-h200")
     source.add_argument("--serverless", choices=sorted(calibration.SERVERLESS), default="deepseek-serverless")

@@ -187,7 +187,19 @@ def run(args: argparse.Namespace) -> int:
     )
     results = [_in_trace_time(r, args.speed) for r in uvloop.run(replay(rows, args, console))]
     found = summary(results, args.slo_ttft_ms, LAG_P99_MS, pricing, span_s)
-    found["trace"] = {
+    found["trace"] = _trace_facts(args)
+    out = args.out or Path(f"replay-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "replay.json").write_bytes(orjson.dumps(found, option=orjson.OPT_INDENT_2))
+    with (out / "requests.jsonl").open("wb") as f:
+        for record in results:
+            f.write(orjson.dumps(record) + b"\n")
+    _print_summary(found, args, out, pricing is not None, span_s)
+    return 0 if found["client_kept_up"] else 3
+
+
+def _trace_facts(args: argparse.Namespace) -> dict[str, Any]:
+    return {
         "path": str(args.trace),
         "start_min": args.start,
         "minutes": args.minutes,
@@ -199,12 +211,11 @@ def run(args: argparse.Namespace) -> int:
         if args.speed != 1
         else "wall-clock",
     }
-    out = args.out or Path(f"replay-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "replay.json").write_bytes(orjson.dumps(found, option=orjson.OPT_INDENT_2))
-    with (out / "requests.jsonl").open("wb") as f:
-        for record in results:
-            f.write(orjson.dumps(record) + b"\n")
+
+
+def _print_summary(
+    found: dict[str, Any], args: argparse.Namespace, out: Path, priced: bool, span_s: float
+) -> None:
     verdict = "valid" if found["client_kept_up"] else "INVALID: the sender fell behind its schedule"
     ttft = found["ttft_ms"]
     print(
@@ -213,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         f"TTFT p50 {ttft['p50']} p95 {ttft['p95']} p99 {ttft['p99']} ms; spill share {found['spill_share']}; "
         f"send lag p99 {found['send_lag_ms']['p99']} ms ({verdict}); results: {out}"
     )
-    if pricing is not None:
+    if priced:
         per = found["cost_per_slo_success_usd"]
         print(
             f"cost ${found['cost_usd']:.4f} over {span_s / 60:g} trace minutes "
@@ -221,7 +232,6 @@ def run(args: argparse.Namespace) -> int:
             f"per SLO-successful task {'-' if per is None else f'${per:.6f}'}; "
             f"dedicated utilization {found['dedicated_utilization']}"
         )
-    return 0 if found["client_kept_up"] else 3
 
 
 def pricing_of(config: GatewayConfig, model: str) -> Pricing:

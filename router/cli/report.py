@@ -6,15 +6,20 @@ self-contained HTML page with plots (matplotlib, PNGs embedded; `pip install 'ti
 
 from __future__ import annotations
 
+import argparse
 import base64
 import html
 import io
+import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
+
+from router.cli.admin_client import AdminCallFailed, call_admin
+from router.cli.watch import add_admin_options
 
 
 def render_tables(report: dict[str, Any]) -> Group:
@@ -22,34 +27,7 @@ def render_tables(report: dict[str, Any]) -> Group:
     parts: list[Any] = []
     for name, model in report["models"].items():
         economics = model["economics"]
-        table = Table(title=f"{name}: cost over the last {report['window_s']:g}s", title_justify="left")
-        for column in ("route", "kind", "cost $", "tasks", "ok tasks", "$ / ok task", "wasted $", "util %"):
-            table.add_column(column, justify="left" if column in ("route", "kind") else "right")
-        for route, r in economics["routes"].items():
-            kind = model["routes"][route]["kind"]
-            table.add_row(
-                route,
-                kind,
-                _usd(r["cost_usd"]),
-                str(r["tasks"]),
-                str(r["successful_tasks"]),
-                _usd(r["cost_per_successful_task_usd"]),
-                _usd(r["wasted_usd"]),
-                _pct(r.get("utilization")),
-            )
-        b = economics["blended"]
-        table.add_row(
-            "blended",
-            "",
-            _usd(b["cost_usd"]),
-            str(b["tasks"]),
-            str(b["successful_tasks"]),
-            _usd(b["cost_per_successful_task_usd"]),
-            _usd(b["wasted_usd"]),
-            "",
-            style="bold",
-        )
-        parts.append(table)
+        parts.append(_cost_table(name, model, report["window_s"]))
         w = economics["what_if"]
         parts.append(
             "what if: all-serverless "
@@ -60,27 +38,52 @@ def render_tables(report: dict[str, Any]) -> Group:
             + _pct(w.get("break_even_utilization"))
             + "%"
         )
-        shape = model.get("traffic_shape") or {}
-        if shape.get("slices"):
-            parts.append(
-                f"traffic: {shape['requests']} requests, {shape['requests_per_minute']['median']}/min "
-                f"median, {shape['requests_per_minute']['peak']}/min peak; concurrency mean "
-                f"{shape['concurrency']['mean']}, busiest {shape['slice_s']}s slice "
-                f"{shape['concurrency']['peak_slice_mean']} (dedicated capacity "
-                f"{shape['dedicated_capacity']}); {shape['zero_traffic_percent']}% of slices idle; "
-                f"{shape['bursts']['count']} burst(s)"
-            )
-            tokens = shape.get("token_distribution") or {}
-            if tokens.get("input") and tokens.get("output"):
-                i, o = tokens["input"], tokens["output"]
-                parts.append(
-                    f"tokens per answer: input p50 {i['p50']} / p95 {i['p95']}, "
-                    f"output p50 {o['p50']} / p95 {o['p95']}"
-                )
-        for line in economics["recommendation"]:
-            parts.append(f"[bold]→[/] {line}")
+        parts += _shape_lines(model.get("traffic_shape") or {})
+        parts += [f"[bold]→[/] {line}" for line in economics["recommendation"]]
         parts.append("")
     return Group(*parts)
+
+
+def _cost_table(name: str, model: dict[str, Any], window_s: float) -> Table:
+    economics = model["economics"]
+    table = Table(title=f"{name}: cost over the last {window_s:g}s", title_justify="left")
+    for column in ("route", "kind", "cost $", "tasks", "ok tasks", "$ / ok task", "wasted $", "util %"):
+        table.add_column(column, justify="left" if column in ("route", "kind") else "right")
+    for route, r in economics["routes"].items():
+        table.add_row(route, model["routes"][route]["kind"], *_cost_cells(r), _pct(r.get("utilization")))
+    table.add_row("blended", "", *_cost_cells(economics["blended"]), "", style="bold")
+    return table
+
+
+def _cost_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        _usd(r["cost_usd"]),
+        str(r["tasks"]),
+        str(r["successful_tasks"]),
+        _usd(r["cost_per_successful_task_usd"]),
+        _usd(r["wasted_usd"]),
+    ]
+
+
+def _shape_lines(shape: dict[str, Any]) -> list[str]:
+    if not shape.get("slices"):
+        return []
+    lines = [
+        f"traffic: {shape['requests']} requests, {shape['requests_per_minute']['median']}/min "
+        f"median, {shape['requests_per_minute']['peak']}/min peak; concurrency mean "
+        f"{shape['concurrency']['mean']}, busiest {shape['slice_s']}s slice "
+        f"{shape['concurrency']['peak_slice_mean']} (dedicated capacity "
+        f"{shape['dedicated_capacity']}); {shape['zero_traffic_percent']}% of slices idle; "
+        f"{shape['bursts']['count']} burst(s)"
+    ]
+    tokens = shape.get("token_distribution") or {}
+    if tokens.get("input") and tokens.get("output"):
+        i, o = tokens["input"], tokens["output"]
+        lines.append(
+            f"tokens per answer: input p50 {i['p50']} / p95 {i['p95']}, "
+            f"output p50 {o['p50']} / p95 {o['p95']}"
+        )
+    return lines
 
 
 def _usd(value: float | None) -> str:
@@ -247,3 +250,44 @@ def write_out(report: dict[str, Any], out: Path, figures: dict[str, bytes]) -> l
         page.write_text(write_html(report, figures), encoding="utf-8")
         written.append(page)
     return written
+
+
+def add_parser(commands: Any) -> None:
+    report = commands.add_parser(
+        "report",
+        help="cost per route and per successful task, what-ifs, advice and traffic shape (GET /admin/report)",
+    )
+    report.add_argument("--model", help="one model (default: all)")
+    report.add_argument("--window", default="24h", help="e.g. 30m, 6h, 24h, 7d (default 24h)")
+    report.add_argument("--format", choices=("table", "json", "html"), default="table")
+    report.add_argument(
+        "--out", type=Path, help="also write report.json (and with html: the PNGs and report.html)"
+    )
+    add_admin_options(report)
+    report.set_defaults(run=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    query = f"/admin/report?window={args.window}" + (f"&model={args.model}" if args.model else "")
+    try:
+        with console.status(f"gathering the last {args.window} from {args.url} ..."):
+            found = call_admin("GET", args.url, query, args.admin_key, timeout=60)
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    figures: dict[str, bytes] = {}
+    if args.format == "html":
+        with console.status("drawing the plots ..."):
+            figures = plots(found)
+    if args.out is not None:
+        for path in write_out(found, args.out, figures):
+            console.print(f"wrote {path}")
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.format == "html":
+        if args.out is None:
+            sys.stdout.write(write_html(found, figures))
+    else:
+        Console(width=None if sys.stdout.isatty() else 200).print(render_tables(found))
+    return 0

@@ -8,111 +8,116 @@ import dataclasses
 import sys
 from typing import Any
 
+from router.cli.options import add_options, option
 from router.cli.serving import Served, bind
 from router.cli.serving import run as serve
 from router.offline import calibration
 from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
 
-
-def add_parser(commands: Any) -> None:
-    d = SimProfile()
-    f = Faults()
-    sim = commands.add_parser(
-        "sim",
-        help="run one simulated OpenAI-compatible upstream",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    sim.add_argument("--profile", choices=[k.value for k in Kind], default="dedicated")
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=9000)
-    sim.add_argument("--name", default="sim", help="model id the simulator reports")
-    sim.add_argument("--time-scale", type=float, default=d.time_scale, help="run X times faster")
-    sim.add_argument("--seed", type=int, default=None)
-    sim.add_argument("--default-output-tokens", type=int, default=d.default_output_tokens)
-    sim.add_argument(
+_D, _F = SimProfile(), Faults()  # the defaults the options show
+_OPTIONS = (
+    option("--profile", choices=[k.value for k in Kind], default="dedicated"),
+    option("--host", default="127.0.0.1"),
+    option("--port", type=int, default=9000),
+    option("--name", default="sim", help="model id the simulator reports"),
+    option("--time-scale", type=float, default=_D.time_scale, help="run X times faster"),
+    option("--seed", type=int, default=None),
+    option("--default-output-tokens", type=int, default=_D.default_output_tokens),
+    option(
         "--answer-tokens-p50",
         type=int,
         default=200,
         help="median answer length; one shorter than max_tokens ends with finish_reason stop "
         "(0: run every answer to max_tokens)",
-    )
-    sim.add_argument(
-        "--tool-call-share", type=float, default=d.tool_call_share, help='with tools and tool_choice "auto"'
-    )
-    sim.add_argument(
+    ),
+    option(
+        "--tool-call-share", type=float, default=_D.tool_call_share, help='with tools and tool_choice "auto"'
+    ),
+    option(
         "--served-model",
         action="append",
         default=[],
         help="a model id it serves (repeat); others get 404. Default: any",
-    )
-    sim.add_argument(
+    ),
+    option(
         "--calibration",
         choices=sorted(set(calibration.DEDICATED) | set(calibration.SERVERLESS)),
         help="start from a published calibration (router/offline/calibration.py); flags override its figures",
-    )
-    sim.add_argument(
+    ),
+    option(
         "--max-concurrency",
         type=int,
-        help=f"dedicated: sequences served at once; the rest queue FIFO (default {d.max_concurrency})",
-    )
-    sim.add_argument("--prefill-tokens-per-s", type=float, help=f"default {d.prefill_tokens_per_s:g}")
-    sim.add_argument(
+        help=f"dedicated: sequences served at once; the rest queue FIFO (default {_D.max_concurrency})",
+    ),
+    option("--prefill-tokens-per-s", type=float, help=f"default {_D.prefill_tokens_per_s:g}"),
+    option(
         "--itl-ms",
         type=float,
-        help=f"dedicated: inter-token latency in a small batch (default {d.itl_s * 1000:g})",
-    )
-    sim.add_argument(
+        help=f"dedicated: inter-token latency in a small batch (default {_D.itl_s * 1000:g})",
+    ),
+    option(
         "--itl-per-seq-ms", type=float, help="dedicated: decode step growth per running sequence (default 0)"
-    )
-    sim.add_argument(
+    ),
+    option(
         "--decode-tokens-per-s",
         type=float,
-        help=f"dedicated: aggregate decode rate shared by the batch (default {d.decode_tokens_per_s:g})",
-    )
-    sim.add_argument("--overhead-ms", type=float, help="dedicated: fixed part of TTFT (default 0)")
-    sim.add_argument(
+        help=f"dedicated: aggregate decode rate shared by the batch (default {_D.decode_tokens_per_s:g})",
+    ),
+    option("--overhead-ms", type=float, help="dedicated: fixed part of TTFT (default 0)"),
+    option(
         "--preset",
         choices=sorted(SERVERLESS_PRESETS),
         default="deepseek-a",
         help="serverless: TTFT distribution from the field notes",
-    )
-    sim.add_argument("--serverless-itl-ms", type=float, help=f"default {d.serverless_itl_s * 1000:g}")
-    sim.add_argument(
+    ),
+    option("--serverless-itl-ms", type=float, help=f"default {_D.serverless_itl_s * 1000:g}"),
+    option(
         "--idle-to-cold-s",
         type=float,
         help="serverless: cold start after this idle gap (default 0: never)",
-    )
-    sim.add_argument(
+    ),
+    option(
         "--cold-s",
         type=float,
         nargs=2,
         metavar=("MIN", "MAX"),
         help="serverless: a cold load takes between these (default: the preset's)",
-    )
-    sim.add_argument(
+    ),
+    option(
         "--tokens-per-write",
         type=int,
-        default=d.tokens_per_write,
+        default=_D.tokens_per_write,
         help="a stream sends its events this many at a time (fewer writes for long replays)",
-    )
-    sim.add_argument("--error-rate", type=float, default=f.error_rate, help="share answered 500/503")
-    sim.add_argument(
-        "--rate-limit-rate", type=float, default=f.rate_limit_rate, help="share answered 429 with Retry-After"
-    )
-    sim.add_argument("--retry-after-s", type=float, default=f.retry_after_s)
-    sim.add_argument(
+    ),
+    option("--error-rate", type=float, default=_F.error_rate, help="share answered 500/503"),
+    option(
+        "--rate-limit-rate",
+        type=float,
+        default=_F.rate_limit_rate,
+        help="share answered 429 with Retry-After",
+    ),
+    option("--retry-after-s", type=float, default=_F.retry_after_s),
+    option(
         "--stall-rate",
         type=float,
-        default=f.stall_rate,
+        default=_F.stall_rate,
         help="share that stall --stall-s before the first byte",
+    ),
+    option("--stall-s", type=float, default=_F.stall_s),
+    option(
+        "--cut-rate", type=float, default=_F.cut_rate, help="share of streams whose connection drops halfway"
+    ),
+    option("--reject-rate", type=float, default=_F.reject_rate, help="share answered 400 (context length)"),
+)
+
+
+def add_parser(commands: Any) -> None:
+    sim = commands.add_parser(
+        "sim",
+        help="run one simulated OpenAI-compatible upstream",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    sim.add_argument("--stall-s", type=float, default=f.stall_s)
-    sim.add_argument(
-        "--cut-rate", type=float, default=f.cut_rate, help="share of streams whose connection drops halfway"
-    )
-    sim.add_argument(
-        "--reject-rate", type=float, default=f.reject_rate, help="share answered 400 (context length)"
-    )
+    add_options(sim, _OPTIONS)
     sim.set_defaults(run=run)
 
 

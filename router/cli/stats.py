@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+
+from router.cli.admin_client import call_admin
+from router.cli.watch import add_admin_options, show
 
 _VERDICT_STYLE = {
     "solid": "green",
@@ -74,3 +78,26 @@ def _ms(value: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}"
+
+
+def add_parser(commands: Any) -> None:
+    stats = commands.add_parser(
+        "stats", help="per-route figures over a window, as tables (GET /admin/routes)"
+    )
+    stats.add_argument("--window", default="5m", help="e.g. 30s, 5m, 1h (default 5m)")
+    stats.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    stats.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
+    add_admin_options(stats)
+    stats.set_defaults(run=_stats)
+
+
+def _stats(args: argparse.Namespace) -> int:
+    """Print the routes report once, or refresh it every `--every` seconds with `--watch`."""
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze the tables into 80 columns
+        console = Console(width=220)
+
+    def fetch() -> Group:
+        return render(call_admin("GET", args.url, f"/admin/routes?window={args.window}", args.admin_key))
+
+    return show(fetch, console, watch=args.watch, every_s=args.every)

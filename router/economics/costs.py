@@ -116,7 +116,7 @@ def route_costs(endpoint: DedicatedEndpoint | ServerlessEndpoint, c: Counts, spa
             "wasted_busy_s": round(wasted_s, 3),
         }
     else:
-        # keep-warm probes and hedge losers' prompts are spend on the route, never requests or
+        # keep-warm pings and hedge losers' prompts are spend on the route, never requests or
         # tasks (router/spill/keep_warm.py, router/request/hedge.py)
         keep_warm_usd = c.get("keep_warm_usd", 0.0)
         cost = c.get("cost_usd", 0.0) + keep_warm_usd + c.get("hedge_usd", 0.0)
@@ -125,7 +125,7 @@ def route_costs(endpoint: DedicatedEndpoint | ServerlessEndpoint, c: Counts, spa
             "wasted_usd": _usd(c.get("wasted_usd", 0.0)),
             "tokens_estimated_requests": int(c.get("tokens_estimated", 0)),
             "keep_warm": {
-                "probes": int(c.get("keep_warm", 0)),
+                "pings": int(c.get("keep_warm", 0)),
                 "failed": int(c.get("keep_warm_failed", 0)),
                 "cost_usd": _usd(keep_warm_usd),
             },

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from policies.base import Reason
 from policies.types import Figures, Snapshot, route_key
-from router.config import DedicatedEndpoint, GatewayConfig
+from router.config import DedicatedEndpoint, Endpoint, GatewayConfig
 from router.economics.costs import Span, model_costs, provisioned
 from router.state.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
 
@@ -125,57 +125,12 @@ async def routes_report(
 def build_routes_report(
     config: GatewayConfig, figures: WindowFigures, snapshot: Snapshot, window_s: float, store_name: str
 ) -> dict[str, Any]:
-    histograms, counts = figures.histograms, figures.counts
+    counts = figures.counts
     wall = time.time()
-    spanned = _spanned_s(window_s, wall)
-    span = Span(wall - spanned, wall)
+    span = Span(wall - _spanned_s(window_s, wall), wall)
     models: dict[str, Any] = {}
     for name, model in config.models.items():
-        per_route: dict[str, Any] = {}
-        for endpoint in model.endpoints:
-            key = route_key(name, endpoint.name)
-            c = counts.get(key, {})
-            requests = int(c.get("requests", 0))
-            entry: dict[str, Any] = {
-                "kind": endpoint.kind.value,
-                "requests": requests,
-                "success_rate": round(1 - c.get("errors", 0) / requests, 4) if requests else None,
-                "ttft_ms": latency(histograms[Metric.TTFT][key]),
-                "itl_p50_ms": _p(histograms[Metric.ITL][key], 0.5),
-                "e2e_p95_ms": _p(histograms[Metric.E2E][key], 0.95),
-                "queue_wait_p95_ms": _p(histograms[Metric.QUEUE][key], 0.95),
-                "reasons": _prefixed(c, "reason:"),
-                "outcomes": _prefixed(c, "outcome:"),
-                "tokens_in": int(c.get("tokens_in", 0)),
-                "tokens_out": int(c.get("tokens_out", 0)),
-            }
-            if isinstance(endpoint, DedicatedEndpoint):
-                in_flight = snapshot.in_flight.get(endpoint.name, 0)
-                entry["in_flight"] = in_flight
-                entry["queue_depth"] = snapshot.queue_depth(endpoint.name)
-                busy_s = c.get("busy_ms", 0.0) / 1000
-                capacity_s = provisioned(endpoint, span.start, span.end).capacity_s
-                entry["utilization"] = round(busy_s / capacity_s, 4) if capacity_s > 0 else 0.0
-                prefill = snapshot.prefill.get(endpoint.name)
-                if prefill is not None:  # predicted-TTFT admission: what it predicts from
-                    entry["pending_prompt_tokens"] = snapshot.pending_prompt_tokens.get(endpoint.name, 0)
-                    entry["prefill_model"] = {
-                        "tokens_per_s": round(prefill.tokens_per_s, 1),
-                        "overhead_ms": round(prefill.overhead_ms, 1),
-                        "samples": prefill.samples,
-                    }
-                    queue = snapshot.engine_queue.get(endpoint.name)
-                    if queue is not None:  # the engine's own queue, every client's
-                        entry["engine_queue"] = {
-                            "waiting": round(queue.waiting, 1),
-                            "mean_prompt_tokens": None
-                            if queue.mean_prompt_tokens is None
-                            else round(queue.mean_prompt_tokens, 1),
-                        }
-            if c.get("keep_warm"):
-                failed = int(c.get("keep_warm_failed", 0))
-                entry["keep_warm"] = {"probes": int(c["keep_warm"]), "failed": failed}
-            per_route[endpoint.name] = entry
+        per_route = {e.name: _route_entry(name, e, figures, snapshot, span) for e in model.endpoints}
         per_route_counts = [counts.get(route_key(name, e.name), {}) for e in model.endpoints]
         per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))
         models[name] = _model_totals(per_route_counts) | {
@@ -188,6 +143,57 @@ def build_routes_report(
         "state_store": store_name,
         "models": models,
     }
+
+
+def _route_entry(
+    model: str, endpoint: Endpoint, figures: WindowFigures, snapshot: Snapshot, span: Span
+) -> dict[str, Any]:
+    key = route_key(model, endpoint.name)
+    histograms, c = figures.histograms, figures.counts.get(key, {})
+    requests = int(c.get("requests", 0))
+    entry: dict[str, Any] = {
+        "kind": endpoint.kind.value,
+        "requests": requests,
+        "success_rate": round(1 - c.get("errors", 0) / requests, 4) if requests else None,
+        "ttft_ms": latency(histograms[Metric.TTFT][key]),
+        "itl_p50_ms": _p(histograms[Metric.ITL][key], 0.5),
+        "e2e_p95_ms": _p(histograms[Metric.E2E][key], 0.95),
+        "queue_wait_p95_ms": _p(histograms[Metric.QUEUE][key], 0.95),
+        "reasons": _prefixed(c, "reason:"),
+        "outcomes": _prefixed(c, "outcome:"),
+        "tokens_in": int(c.get("tokens_in", 0)),
+        "tokens_out": int(c.get("tokens_out", 0)),
+    }
+    if isinstance(endpoint, DedicatedEndpoint):
+        entry |= _pool_entry(endpoint, c, snapshot, span)
+    if c.get("keep_warm"):
+        entry["keep_warm"] = {"pings": int(c["keep_warm"]), "failed": int(c.get("keep_warm_failed", 0))}
+    return entry
+
+
+def _pool_entry(endpoint: DedicatedEndpoint, c: Counts, snapshot: Snapshot, span: Span) -> dict[str, Any]:
+    """A dedicated pool's live state, utilization and, with predicted-TTFT admission, what it
+    predicts from (its prefill model, the engine's own queue)."""
+    capacity_s = provisioned(endpoint, span.start, span.end).capacity_s
+    entry: dict[str, Any] = {
+        "in_flight": snapshot.in_flight.get(endpoint.name, 0),
+        "queue_depth": snapshot.queue_depth(endpoint.name),
+        "utilization": round(c.get("busy_ms", 0.0) / 1000 / capacity_s, 4) if capacity_s > 0 else 0.0,
+    }
+    prefill = snapshot.prefill.get(endpoint.name)
+    if prefill is None:
+        return entry
+    entry["pending_prompt_tokens"] = snapshot.pending_prompt_tokens.get(endpoint.name, 0)
+    entry["prefill_model"] = {
+        "tokens_per_s": round(prefill.tokens_per_s, 1),
+        "overhead_ms": round(prefill.overhead_ms, 1),
+        "samples": prefill.samples,
+    }
+    queue = snapshot.engine_queue.get(endpoint.name)
+    if queue is not None:  # the engine's own queue, every client's
+        mean = None if queue.mean_prompt_tokens is None else round(queue.mean_prompt_tokens, 1)
+        entry["engine_queue"] = {"waiting": round(queue.waiting, 1), "mean_prompt_tokens": mean}
+    return entry
 
 
 def _model_totals(route_counts: list[Counts]) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from router.errors import ClientError, InvalidRequest, RateLimited
-from router.http.api import read_body
 from router.http.auth import ApiKeys, KeyDigests, bearer_token
+from router.http.bodies import read_body
 from router.openai import json_object
 from router.record.tasks import TaskLedger, task_name, valid_task_id
 from router.state.tasks import FeedbackResult

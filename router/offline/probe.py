@@ -14,13 +14,13 @@ when that is the case instead of trusting the order.
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from router.economics.routes_report import cv_verdict
+from router.offline.stats import percentile
 
 MIN_SAMPLES = 75  # the note's minimum for a verdict
 
@@ -46,16 +46,6 @@ class ProbeResult:
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), q in [0, 100]."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    position = (len(ordered) - 1) * q / 100
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def summarise(endpoint: str, results: Iterable[ProbeResult]) -> dict[str, Any]:

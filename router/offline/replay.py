@@ -29,7 +29,7 @@ import orjson
 
 from policies.base import Reason
 from router.economics.cost import token_cost_usd
-from router.offline.probe import percentile
+from router.offline.stats import percentile
 
 FORMATS = ("azure", "mooncake", "access-log")
 
@@ -150,7 +150,7 @@ class Pricing:
     dedicated_slots: int  # every dedicated replica's max_concurrency together
     dedicated_routes: frozenset[str]
     serverless_usd_per_mtok: Mapping[str, tuple[float, float]]  # route -> (input, output)
-    keep_warm_usd: float = 0.0  # keep-warm probes over the window: spend, not tasks
+    keep_warm_usd: float = 0.0  # keep-warm pings over the window: spend, not tasks
 
 
 def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) -> dict[str, Any]:

@@ -92,8 +92,70 @@ def default_providers(env: Mapping[str, str] | None = None) -> tuple[TracerProvi
     return tracer_provider, meter_provider
 
 
+# attribute -> (Prometheus name, help, labels, buckets): the latency histograms
+_HISTOGRAMS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
+    "ttft": ("tidegate_ttft_seconds", "Request received to first token relayed", _ROUTE_LABELS, _LATENCY_S),
+    "itl": ("tidegate_itl_seconds", "Mean inter-token latency of a stream", _ROUTE_LABELS, _SHORT_S),
+    "e2e": ("tidegate_e2e_seconds", "Request received to last byte", _ROUTE_LABELS, _LATENCY_S),
+    "queue": ("tidegate_queue_wait_seconds", "Wait in line for a dedicated slot", _ROUTE_LABELS, _LATENCY_S),
+    "overhead": (
+        "tidegate_overhead_seconds",
+        "Time in the gateway itself before the answer started",
+        ("model",),
+        _SHORT_S,
+    ),
+}
+# attribute -> (Prometheus name, help, labels): the counters
+_COUNTERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "requests": ("tidegate_requests", "Requests by final route and outcome", (*_ROUTE_LABELS, "outcome")),
+    "errors": (
+        "tidegate_errors",
+        "Requests that ended in an error the client read, by its OpenAI error code",
+        (*_ROUTE_LABELS, "code"),
+    ),
+    "spills": ("tidegate_spills", "Requests not on their preferred target, by reason", ("model", "reason")),
+    "retries": ("tidegate_retries", "Retry attempts, by the request's outcome", ("model", "outcome")),
+    "hedges": (
+        "tidegate_hedges",
+        "Requests whose slow dedicated first token was hedged, by the kind that answered first",
+        ("model", "winner"),
+    ),
+    "hedge_tokens": (
+        "tidegate_hedge_duplicate_input_tokens",
+        "Prompt tokens sent to a hedge race's loser for nothing (serverless: paid; dedicated: slot time)",
+        ("model", "loser"),
+    ),
+    "cost": (
+        "tidegate_cost_usd",
+        "Token-priced spend (serverless answers at their endpoint's prices); dedicated capacity "
+        "is paid by time: tidegate_dedicated_usd_per_hour",
+        _ROUTE_LABELS,
+    ),
+    "tasks": (
+        "tidegate_tasks",
+        "Tasks settled by this process, on their route, by result (success or failure); "
+        "feedback that failed a task later counts as result feedback_failed",
+        ("model", "route", "result"),
+    ),
+}
+
+
 class Telemetry:
     """Everything the gateway reports about requests, built once per app (no globals)."""
+
+    ttft: PromHistogram
+    itl: PromHistogram
+    e2e: PromHistogram
+    queue: PromHistogram
+    overhead: PromHistogram
+    requests: Counter
+    errors: Counter
+    spills: Counter
+    retries: Counter
+    hedges: Counter
+    hedge_tokens: Counter
+    cost: Counter
+    tasks: Counter
 
     def __init__(
         self,
@@ -106,89 +168,10 @@ class Telemetry:
         self._otel_ttft: OtelHistogram = meter.create_histogram(
             TTFT_METRIC, unit="s", description="Time to first token, as the client sees it"
         )
-        r = self.registry
-        self.ttft = PromHistogram(
-            "tidegate_ttft_seconds",
-            "Request received to first token relayed",
-            _ROUTE_LABELS,
-            buckets=_LATENCY_S,
-            registry=r,
-        )
-        self.itl = PromHistogram(
-            "tidegate_itl_seconds",
-            "Mean inter-token latency of a stream",
-            _ROUTE_LABELS,
-            buckets=_SHORT_S,
-            registry=r,
-        )
-        self.e2e = PromHistogram(
-            "tidegate_e2e_seconds",
-            "Request received to last byte",
-            _ROUTE_LABELS,
-            buckets=_LATENCY_S,
-            registry=r,
-        )
-        self.queue = PromHistogram(
-            "tidegate_queue_wait_seconds",
-            "Wait in line for a dedicated slot",
-            _ROUTE_LABELS,
-            buckets=_LATENCY_S,
-            registry=r,
-        )
-        self.overhead = PromHistogram(
-            "tidegate_overhead_seconds",
-            "Time in the gateway itself before the answer started",
-            ("model",),
-            buckets=_SHORT_S,
-            registry=r,
-        )
-        self.requests = Counter(
-            "tidegate_requests",
-            "Requests by final route and outcome",
-            (*_ROUTE_LABELS, "outcome"),
-            registry=r,
-        )
-        self.errors = Counter(
-            "tidegate_errors",
-            "Requests that ended in an error the client read, by its OpenAI error code",
-            (*_ROUTE_LABELS, "code"),
-            registry=r,
-        )
-        self.spills = Counter(
-            "tidegate_spills",
-            "Requests not on their preferred target, by reason",
-            ("model", "reason"),
-            registry=r,
-        )
-        self.retries = Counter(
-            "tidegate_retries", "Retry attempts, by the request's outcome", ("model", "outcome"), registry=r
-        )
-        self.hedges = Counter(
-            "tidegate_hedges",
-            "Requests whose slow dedicated first token was hedged, by the kind that answered first",
-            ("model", "winner"),
-            registry=r,
-        )
-        self.hedge_tokens = Counter(
-            "tidegate_hedge_duplicate_input_tokens",
-            "Prompt tokens sent to a hedge race's loser for nothing (serverless: paid; dedicated: slot time)",
-            ("model", "loser"),
-            registry=r,
-        )
-        self.cost = Counter(
-            "tidegate_cost_usd",
-            "Token-priced spend (serverless answers at their endpoint's prices); dedicated capacity "
-            "is paid by time: tidegate_dedicated_usd_per_hour",
-            _ROUTE_LABELS,
-            registry=r,
-        )
-        self.tasks = Counter(
-            "tidegate_tasks",
-            "Tasks settled by this process, on their route, by result (success or failure); "
-            "feedback that failed a task later counts as result feedback_failed",
-            ("model", "route", "result"),
-            registry=r,
-        )
+        for attr, (name, doc, labels, buckets) in _HISTOGRAMS.items():
+            setattr(self, attr, PromHistogram(name, doc, labels, buckets=buckets, registry=self.registry))
+        for attr, (name, doc, labels) in _COUNTERS.items():
+            setattr(self, attr, Counter(name, doc, labels, registry=self.registry))
         self.economics: dict[str, dict[str, float]] = {}  # endpoint -> gauge -> value (EconomicsGauges)
 
     def watch(self, snapshot: Callable[[], Snapshot], store: StoreHealth) -> None:

@@ -8,7 +8,7 @@ snapshot). States, per route:
   `error_rate_percent` over `min_requests` or more attempts in `window_s`, trips it;
 - open: skipped until the cooldown ends; a failure seen meanwhile (a straggler, a panic-mode
   attempt) trips it again, which extends the cooldown, never shortens it;
-- half-open (cooldown over, still in the store): attempts are probes; a success closes the
+- half-open (cooldown over, still in the store): attempts are trials; a success closes the
   circuit, a failure trips it again with a doubled cooldown (up to `max_cooldown_s`).
 Store errors are logged; the local counts keep going.
 """
@@ -81,7 +81,7 @@ class Breakers:
         counts = self._counts.setdefault(route, RouteCounts())
         counts.add(ok, time.monotonic(), config.window_s)
         if ok:
-            if snapshot.half_open(route):  # a probe after the cooldown: close
+            if snapshot.half_open(route):  # a trial after the cooldown: close
                 counts.window.clear()
                 counts.failures_in_window = 0
                 self._background(self._reset(route))
@@ -104,7 +104,7 @@ class Breakers:
         except StoreUnavailable as exc:
             log.warning("circuit breaker: cannot close %s in the store: %s", route, exc)
             return
-        log.warning("circuit breaker: %s closed (probe succeeded)", route)
+        log.warning("circuit breaker: %s closed (its trial succeeded)", route)
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -13,20 +13,15 @@ import asyncio
 import logging
 import math
 import random
-import secrets
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any
 
-import anyio
-import httpx
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from policies.base import Policy, Reason, RequestContext
 from policies.predicted_ttft import Admission
 from policies.types import route_key
-from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ResponseModel, ServerlessEndpoint
+from router.config import DedicatedEndpoint, GatewayConfig, ServerlessEndpoint
 from router.errors import (
     INTERNAL_ERROR_MESSAGE,
     REQUEST_TIMEOUT_MESSAGE,
@@ -38,59 +33,26 @@ from router.errors import (
     UpstreamFailure,
     UpstreamStatus,
 )
-from router.openai import PATHS, RequestPeek, model_renamer, peek, upstream_body
+from router.openai import RequestPeek, peek
 from router.record.records import Attempt, Hedge, Measures, Outcome
-from router.record.success import wants_checks
 from router.record.tasks import valid_task_id
-from router.record.telemetry import (
-    Telemetry,
-    trace_headers,
-)
+from router.record.telemetry import Telemetry
+from router.request.attempt import Attempter
 from router.request.bookkeeping import Books, end_span
 from router.request.breaker import Breakers
 from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
-from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since, overhead_ms
-from router.request.relay import SseRelay, StreamResult, relay_stream
-from router.request.upstream import Upstream, response_headers
+from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
+from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
+from router.request.upstream import Upstream
 from router.request.walk import Walk, tidegate_headers
 from router.signals.loop import Signals
-from router.state.latency import Metric
-from router.state.slots import Lease, Slots
+from router.state.roles import Leases
 
-# Paths whose streams end with `data: [DONE]` and accept `stream_options.include_usage`.
 _MAX_RETRY_AFTER_S = 30.0
-REQUEST_ID_HEADER = "x-tidegate-request-id"
 TASK_ID_HEADER_BYTES = b"x-tidegate-task-id"
 
 log = logging.getLogger("tidegate")
-
-
-@dataclass(slots=True)
-class Reply:
-    """A finished answer for the HTTP layer: a body, or a stream plus its cleanup. The HTTP
-    layer runs `on_close` however sending ends; `result` (streams) is where it says why it
-    cut the stream, if it did."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes = b""
-    stream: AsyncIterator[bytes] | None = None
-    on_close: Callable[[], Awaitable[None]] | None = None
-    result: StreamResult | None = None
-    # a hedge race's loser that answered too late: close and release, record nothing
-    discard: Callable[[], Awaitable[None]] | None = None
-    error_event: Callable[[GatewayError], bytes] | None = None  # how this stream says it failed
-
-
-class Leases(Protocol):
-    """The state store as the dispatcher uses it: dedicated slots (see router/state/roles.py)."""
-
-    async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None: ...
-
-    async def release(self, lease: Lease) -> None: ...
-
-    async def prefilled(self, lease: Lease) -> None: ...
 
 
 class Dispatcher:
@@ -111,26 +73,17 @@ class Dispatcher:
     ) -> None:
         self._config = config
         self._limits = config.limits
-        self._store = leases
         self._signals = signals
-        self._breakers = breakers
         self._budgets = {name: retry_budget(model.retry) for name, model in config.models.items()}
         self._hedges = {
             name: hedge_budget(m.hedge) for name, m in config.models.items() if m.hedge is not None
         }
         self._telemetry = telemetry
-        self._upstream = upstream
         self._books = books
         self._policies = policies
-        self._background: set[asyncio.Task[None]] = set()  # prefill ends being recorded
-        # per (model, endpoint): the rewrite of an answer's model to the requested name
-        self._renamers = {
-            (name, e.name): None
-            if model.response_model is ResponseModel.UPSTREAM
-            else model_renamer(e.model, name)
-            for name, model in config.models.items()
-            for e in model.endpoints
-        }
+        self._attempt = Attempter(
+            config, leases, upstream, books=books, signals=signals, breakers=breakers, telemetry=telemetry
+        )
 
     async def dispatch(
         self,
@@ -143,41 +96,11 @@ class Dispatcher:
         """Serve one OpenAI request body for `path` (relative to /v1). Raises ClientError
         for a request the gateway itself rejects; every other outcome is a Reply, recorded,
         with every slot it took given back (or handed to the Reply's `on_close`)."""
-        limits = self._limits
-        request = peek(body, limits.max_output_tokens, limits.max_n)
-        config = self._config.models.get(request.model)
-        if config is None:
-            raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
-        key = _stickiness(request, headers)
-        request_id = new_request_id()
-        task_id = _task_id(headers) or request_id
-        predicted = config.routing.admission is Admission.PREDICTED_TTFT
-        context = RequestContext(request.model, request.stream, key, request.prompt_tokens)
-        snapshot = self._signals.snapshot()
-        decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
-        remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
-        deadline = asyncio.get_running_loop().time() + remaining_s
-        facts = Facts(
-            path,
-            request,
-            config,
-            headers,
-            received_at,
-            snapshot,
-            key,
-            client,
-            deadline,
-            decision.queue_ms,
-            request_id,
-            task_id,
-            decision.admit_within,
-            request.prompt_tokens if predicted else 0,
-        )
-        job = Job(facts, Walk(decision.targets, decision.reason))
-        self._body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
-        job.span = self._telemetry.start_request(path, request.model, headers)
-        self._budgets[request.model].request()
-        hedges = self._hedges.get(request.model)
+        job = self._job(path, body, headers, received_at, client)
+        deadline = job.facts.deadline
+        model = job.facts.request.model
+        self._budgets[model].request()
+        hedges = self._hedges.get(model)
         if hedges is not None:
             hedges.request()
         try:
@@ -191,18 +114,51 @@ class Dispatcher:
             self._books.record(job, job.walk.last, 499, Measures(error="client_gone"), Outcome.CLIENT_GONE)
             raise
         except Exception as exc:  # a bug of ours: logged and recorded, never a lost request
-            log.exception("internal error while dispatching %s for %s", path, request.model)
+            log.exception("internal error while dispatching %s for %s", path, model)
             return self._failed(job, GatewayError(INTERNAL_ERROR_MESSAGE, detail=repr(exc)))
 
-    def _body_for(self, job: Job, target: Endpoint) -> bytes:
-        """The upstream body for `target`, encoded once per upstream model id."""
-        body = job.bodies.get(target.model)
-        if body is None:
-            ask_usage = PATHS[job.facts.path].done_terminated
-            body = job.bodies[target.model] = upstream_body(
-                job.facts.request, target.model, ask_usage=ask_usage
-            )
-        return body
+    def _job(
+        self,
+        path: str,
+        body: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        received_at: float,
+        client: Client,
+    ) -> Job:
+        """The request as the policy decided it: its facts fixed, its walk ready, its span
+        started. ClientError for a request the gateway itself rejects."""
+        limits = self._limits
+        request = peek(body, limits.max_output_tokens, limits.max_n)
+        config = self._config.models.get(request.model)
+        if config is None:
+            raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
+        key = _stickiness(request, headers)
+        request_id = new_request_id()
+        predicted = config.routing.admission is Admission.PREDICTED_TTFT
+        context = RequestContext(request.model, request.stream, key, request.prompt_tokens)
+        snapshot = self._signals.snapshot()
+        decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
+        remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
+        facts = Facts(
+            path,
+            request,
+            config,
+            headers,
+            received_at,
+            snapshot,
+            key,
+            client,
+            asyncio.get_running_loop().time() + remaining_s,
+            decision.queue_ms,
+            request_id,
+            _task_id(headers) or request_id,
+            decision.admit_within,
+            request.prompt_tokens if predicted else 0,
+        )
+        job = Job(facts, Walk(decision.targets, decision.reason))
+        self._attempt.body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
+        job.span = self._telemetry.start_request(path, request.model, headers)
+        return job
 
     async def _attempts(self, job: Job) -> Reply:
         """The first attempt runs bare (most requests need no other); after a failure that
@@ -223,7 +179,7 @@ class Dispatcher:
         )
         async for attempt in retrying:
             with attempt:
-                return await self._attempt(job)
+                return await self._attempt.run(job)
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
 
     async def _first_attempt(self, job: Job) -> Reply:
@@ -231,7 +187,7 @@ class Dispatcher:
         a serverless hedge once its request has been out `hedge.after_ms` (router/request/hedge.py)."""
         hedge = job.facts.config.hedge
         if hedge is None or not job.facts.request.stream or not isinstance(job.walk.next, DedicatedEndpoint):
-            return await self._attempt(job)
+            return await self._attempt.run(job)
         job.sent = asyncio.Event()
         hedge_job: Job | None = None
 
@@ -243,9 +199,9 @@ class Dispatcher:
             if not self._hedges[job.facts.request.model].try_spend():
                 return None
             hedge_job = job.hedge_to(Walk((target,), Reason.HEDGED))
-            return self._attempt(hedge_job)
+            return self._attempt.run(hedge_job)
 
-        raced = await race(self._attempt(job), job.sent, hedge.after_ms / 1000, start_hedge, _discard)
+        raced = await race(self._attempt.run(job), job.sent, hedge.after_ms / 1000, start_hedge, _discard)
         if not raced.hedged:
             return raced.answer
         assert hedge_job is not None
@@ -290,165 +246,6 @@ class Dispatcher:
         job.budget_denied = True
         return False
 
-    async def _attempt(self, job: Job) -> Reply:
-        """One attempt. Whatever happens inside it, at any await, the slot it took is given
-        back, unless a Reply now owns it (and releases it in its `on_close`)."""
-        target, lease = await self._admit(job)
-        try:
-            return await self._call(job, target, lease)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._release(lease)
-            raise
-
-    async def _call(self, job: Job, target: Endpoint, lease: Lease | None) -> Reply:
-        facts, walk = job.facts, job.walk
-        started = job.attempt_started = time.monotonic()
-        body = self._body_for(job, target)
-        job.attempt_span = self._telemetry.start_attempt(job.span, len(walk.attempts) + 1, target)
-        context = trace_headers(job.attempt_span)
-        route = route_key(facts.request.model, target.name)
-        response: httpx.Response | None = None
-        if job.sent is not None:
-            job.sent.set()
-        try:
-            response = await self._upstream.open(
-                target, facts.path, body, facts.headers, trace_context=context, client_ip=facts.client.ip
-            )
-            if facts.request.stream:
-                reply = await self._stream_reply(job, target, response, lease)
-            else:
-                reply = await self._body_reply(job, target, response)
-        except UpstreamFailure as exc:
-            walk.failed(Attempt(target.name, type(exc).__name__, ms_since(started), exc.detail))
-            end_span(job.attempt_span, type(exc).__name__)
-            if exc.blames_endpoint:
-                self._breakers.record(route, False, facts.snapshot)
-            raise
-        except BaseException as exc:  # cancelled, or a bug: close what was opened, shielded
-            name = "Cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
-            walk.ended(Attempt(target.name, name, ms_since(started)))
-            if response is not None:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
-            raise
-        walk.ended(Attempt(target.name, None, ms_since(started)))  # served: open() raised for non-2xx
-        self._breakers.record(route, True, facts.snapshot)
-        job.overhead_ms = overhead_ms(job)
-        reply.headers.update(tidegate_headers(walk, walk.served_outcome(), job.overhead_ms, target.model))
-        reply.headers[REQUEST_ID_HEADER] = facts.request_id
-        reply.headers.setdefault("x-request-id", facts.request_id)  # the upstream's, when it sent one
-        if reply.stream is None:
-            reply.on_close = lambda: self._close_body(job, target, reply, lease)
-        return reply
-
-    async def _close_body(self, job: Job, target: Endpoint, reply: Reply, lease: Lease | None) -> None:
-        """After a body reply was sent (or failed to send): record, then release the slot (see
-        the stream's `close`)."""
-        try:
-            self._books.body_done(job, target, reply.status, reply.body)
-        finally:
-            await self._release(lease)
-
-    async def _admit(self, job: Job) -> tuple[Endpoint, Lease | None]:
-        """The next target that admits the request, walking on from the cursor; a dedicated
-        pool that is full, or too small for the request's sequences, is skipped (`saturated`)."""
-        walk, sequences = job.walk, job.facts.request.sequences
-        for skipped, target in walk.ahead():
-            if not isinstance(target, DedicatedEndpoint):
-                walk.begin(target, skipped)
-                return target, None
-            if sequences > target.max_concurrency:  # n/best_of would never fit
-                walk.saturated()
-                continue
-            lease = await self._acquire(job, target, first=skipped == 0 and not walk.attempts)
-            if lease is not None:
-                self._signals.dispatched(target.name)
-                walk.begin(target, skipped)
-                return target, lease
-            walk.saturated()
-        raise NoCapacity(f"every dedicated endpoint of {job.facts.request.model} is at capacity")
-
-    async def _acquire(self, job: Job, target: DedicatedEndpoint, *, first: bool) -> Lease | None:
-        """A slot on `target`; the first try may wait in line as long as the policy allowed."""
-        wait_s = job.facts.queue_ms / 1000.0 if first else 0.0
-        facts = job.facts
-        slots = Slots(
-            target.max_concurrency,
-            facts.request.sequences,
-            target.max_waiters,
-            facts.prompt_tokens,
-            facts.admit_within.get(target.name),
-        )
-        if wait_s <= 0:
-            return await self._store.try_acquire(target.name, slots)
-        started = time.monotonic()
-        lease = await self._store.try_acquire(target.name, slots, wait_s)
-        job.queue_ms = ms_since(started)
-        self._books.observe(route_key(job.facts.request.model, target.name), Metric.QUEUE, job.queue_ms)
-        return lease
-
-    async def _body_reply(self, job: Job, target: Endpoint, response: httpx.Response) -> Reply:
-        payload = await self._upstream.read(response, target, self._limits.max_response_bytes)
-        rename = self._renamers[(job.facts.request.model, target.name)]
-        if rename is not None:
-            payload = rename(payload)
-        return Reply(response.status_code, response_headers(response), payload)
-
-    async def _stream_reply(
-        self, job: Job, target: Endpoint, response: httpx.Response, lease: Lease | None
-    ) -> Reply:
-        """Wait for the upstream's first whole event before answering the client: until then a
-        stall or a failure can still be retried elsewhere."""
-        facts = job.facts
-        done_terminated = PATHS[facts.path].done_terminated
-        result = StreamResult()
-        checks = facts.config.success
-        relay = SseRelay(
-            result,
-            drop_usage=done_terminated and not facts.request.wants_usage,
-            max_event_bytes=self._limits.max_event_bytes,
-            rename=self._renamers[(facts.request.model, target.name)],
-            collect_bytes=checks.max_checked_bytes
-            if checks.check_json and wants_checks(facts.request.payload)
-            else 0,
-            responses=facts.path == "/responses",
-        )
-        chunks = self._upstream.chunks(response, target, facts.deadline)
-        try:
-            first = await self._upstream.first_event(response, chunks, target, relay)
-        except UpstreamFailure:
-            await response.aclose()
-            raise
-        if lease is not None and lease.prompt_tokens > 0:
-            self._prefilled(job, lease)
-        relayed = relay_stream(relay, first, chunks, expect_done=done_terminated)
-
-        async def discard() -> None:
-            await response.aclose()
-            await self._release(lease)
-
-        async def close() -> None:
-            """Record, then release: a Redis release waits for company (the next request's
-            acquire), and the books must not run inside that request's wait."""
-            try:
-                await response.aclose()
-                if isinstance(result.error, UpstreamFailure):  # the upstream failed mid-stream
-                    self._breakers.record(route_key(facts.request.model, target.name), False, facts.snapshot)
-                self._books.stream_done(job, target, response.status_code, result)
-            finally:
-                await self._release(lease)
-
-        return Reply(
-            response.status_code,
-            response_headers(response),
-            stream=relayed,
-            on_close=close,
-            result=result,
-            discard=discard,
-            error_event=relay.error_event,
-        )
-
     def _failed(self, job: Job, exc: GatewayError) -> Reply:
         if isinstance(exc, UpstreamStatus) and not exc.is_retryable:
             outcome = Outcome.CLIENT_ERROR
@@ -491,20 +288,6 @@ class Dispatcher:
         wait = min(waits) if waits else 1.0
         return max(1, min(math.ceil(wait), int(_MAX_RETRY_AFTER_S)))
 
-    def _prefilled(self, job: Job, lease: Lease) -> None:
-        """The first event is here: the prompt is prefilled. Teach the pool's prefill model,
-        and take the tokens off its pending count in the background (not on the TTFT path;
-        the release takes them off too, whichever comes first)."""
-        self._signals.first_token(lease.pool, lease.pending_at_admit, ms_since(job.attempt_started))
-        task = asyncio.get_running_loop().create_task(self._store.prefilled(lease))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _release(self, lease: Lease | None) -> None:
-        if lease is not None:
-            self._signals.completed(lease.pool)
-            await self._store.release(lease)
-
     def _wait(self, job: Job, exc: BaseException | None, attempt_number: int) -> float:
         """No wait before a different endpoint; backoff or Retry-After before the same one."""
         if _fails_over(job, exc):
@@ -516,11 +299,6 @@ class Dispatcher:
             wait = base * random.uniform(0.5, 1.0)
         job.backoff_ms += wait * 1000
         return wait
-
-
-def new_request_id() -> str:
-    """`req_` and 24 hex digits from `secrets`: feedback names requests by it, so unguessable."""
-    return "req_" + secrets.token_hex(12)
 
 
 async def _discard(reply: Reply) -> None:

@@ -4,7 +4,7 @@ bimodal cold-start tail). Per serverless endpoint with `keep_warm`, one gateway 
 holder of the `keep_warm` leader lease in the store) sends a `max_tokens: 1` request every
 `interval_s` while `when` holds, up to `max_usd_per_day`.
 
-The probes are spend, not traffic: they are counted on the route as `keep_warm` (requests,
+The pings are spend, not traffic: they are counted on the route as `keep_warm` (requests,
 `keep_warm_usd`, `keep_warm_failed`), never as requests, tasks or latency samples, so they
 neither flatter the route's figures nor count as successes; the economics report shows their
 cost.
@@ -14,11 +14,11 @@ cost.
 counters every 15 minutes by the leader; with no traffic recorded at all it keeps warm as
 `always` would (nothing says when spills come).
 
-`learn: true` takes the cold-start evidence of the probes themselves: a probe slower than
-`cold_ms` (default 4 x the median of the route's last 20 probes, at least 1 s) found the route
-cold, so the provider scaled it down within the gap since the previous probe (other traffic
+`learn: true` takes the cold-start evidence of the pings themselves: a ping slower than
+`cold_ms` (default 4 x the median of the route's last 20 pings, at least 1 s) found the route
+cold, so the provider scaled it down within the gap since the previous ping (other traffic
 in between could only have kept it warmer): the interval becomes half that gap, never under
-`min_interval_s`. It only shrinks; a provider that became more patient costs a few probes.
+`min_interval_s`. It only shrinks; a provider that became more patient costs a few pings.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ _DAY_S = 86400
 _HOUR_S = 3600
 SCHEDULE_REFRESH_S = 900.0
 _SPILLS = tuple(f"reason:{r.value}" for r in Reason if r.is_spill)
-_PROBES_KEPT = 20
+_PINGS_KEPT = 20
 _MIN_COLD_MS = 1000.0
 
 
@@ -78,14 +78,14 @@ class _Route:
     last_sent: float = -1e18
     hot_hours: frozenset[int] | None = None  # schedule: UTC hours to keep warm; None: no history
     schedule_at: float = -1e18  # when the schedule was last read
-    probes_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_PROBES_KEPT))
+    pings_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_PINGS_KEPT))
 
     @property
     def key(self) -> str:
         return route_key(self.model, self.endpoint.name)
 
     @property
-    def probe_usd(self) -> float:
+    def ping_usd(self) -> float:
         e = self.endpoint
         return token_cost_usd(self.warm.prompt_tokens, 1, e.usd_per_mtok_in, e.usd_per_mtok_out)
 
@@ -152,7 +152,7 @@ class KeepWarm:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
-        self.probes_started = 0  # by this process, since it started
+        self.pings_sent = 0  # by this process, since it started
         shortest = min(
             (r.warm.min_interval_s if r.warm.learn else r.warm.interval_s for r in self._routes), default=1.0
         )
@@ -190,7 +190,7 @@ class KeepWarm:
             await self._store.resign(self._token, ROLE)
 
     async def tick(self) -> None:
-        """Send the probes that are due, if this replica leads."""
+        """Send the pings that are due, if this replica leads."""
         if not await self._store.lead(self._token, self._ttl_s, ROLE):
             return
         now, wall, snapshot = time.monotonic(), time.time(), self._snapshot()
@@ -202,14 +202,14 @@ class KeepWarm:
             ledger = f"keep_warm:{route.key}:{int(wall // _DAY_S)}"  # one per route and UTC day
             try:
                 cap = route.warm.max_usd_per_day
-                within = await self._store.try_spend(ledger, route.probe_usd, cap, _DAY_S)
+                within = await self._store.try_spend(ledger, route.ping_usd, cap, _DAY_S)
             except StoreUnavailable:
-                within = False  # no probe whose spend cannot be counted
+                within = False  # no ping whose spend cannot be counted
             if not within:
                 continue  # the day's budget is spent, counted across replicas and leader changes
             gap = now - route.last_sent
             route.last_sent = now
-            self.probes_started += 1
+            self.pings_sent += 1
             task = asyncio.get_running_loop().create_task(self._send(route, gap))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)
@@ -221,18 +221,18 @@ class KeepWarm:
         route.hot_hours = hot_hours(series, route.warm.schedule_days, route.warm.schedule_min_spills)
         route.schedule_at = now
 
-    def _learn(self, route: _Route, probe_ms: float, gap_s: float) -> None:
-        """A cold probe after `gap_s` idle: the provider's idle timeout is under the gap."""
+    def _learn(self, route: _Route, ping_ms: float, gap_s: float) -> None:
+        """A cold ping after `gap_s` idle: the provider's idle timeout is under the gap."""
         warm = route.warm
-        earlier = list(route.probes_ms)
-        route.probes_ms.append(probe_ms)
+        earlier = list(route.pings_ms)
+        route.pings_ms.append(ping_ms)
         if warm.cold_ms is not None:
             cold_ms = warm.cold_ms
         elif len(earlier) >= 5:
             cold_ms = max(_MIN_COLD_MS, 4 * statistics.median(earlier))
         else:
-            return  # too few probes to tell a cold one from a slow provider
-        if probe_ms <= cold_ms or gap_s <= 0 or gap_s > 1e9:
+            return  # too few pings to tell a cold one from a slow provider
+        if ping_ms <= cold_ms or gap_s <= 0 or gap_s > 1e9:
             return
         learned = max(warm.min_interval_s, gap_s / 2)
         if learned < route.interval_s:
@@ -265,10 +265,10 @@ class KeepWarm:
             if route.warm.learn:
                 self._learn(route, (time.monotonic() - started) * 1000, gap_s)
         except UpstreamFailure as exc:
-            log.warning("keep-warm probe of %s failed: %s", route.key, exc)
-        except Exception as exc:  # a probe never takes the loop down; its failure is counted
-            log.warning("keep-warm probe of %s failed: %r", route.key, exc)
+            log.warning("keep-warm ping of %s failed: %s", route.key, exc)
+        except Exception as exc:  # a ping never takes the loop down; its failure is counted
+            log.warning("keep-warm ping of %s failed: %r", route.key, exc)
         self._store.count(
             route.key,
-            {"keep_warm": 1.0, "keep_warm_usd": route.probe_usd, "keep_warm_failed": 0.0 if ok else 1.0},
+            {"keep_warm": 1.0, "keep_warm_usd": route.ping_usd, "keep_warm_failed": 0.0 if ok else 1.0},
         )

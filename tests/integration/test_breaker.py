@@ -119,7 +119,7 @@ async def test_redis_circuits_are_seen_by_other_replicas(redis_url):
         await b.close()
 
 
-def test_a_failing_dedicated_endpoint_is_skipped_then_probed_back():
+def test_a_failing_dedicated_endpoint_is_skipped_then_tried_again():
     with Sim(dedicated_profile()) as ded, Sim(serverless_profile()) as sl:
         config = parse_config(
             "auth: {allow_anonymous: true}\nmodels:\n  m:\n"

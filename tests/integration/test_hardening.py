@@ -19,9 +19,9 @@ import pytest
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
 from router.errors import UpstreamBadResponse, UpstreamUnreachable
-from router.http.api import RelayResponse
-from router.request.dispatch import Reply
+from router.http.proxy import RelayResponse
 from router.request.relay import SseRelay, StreamResult
+from router.request.reply import Reply
 from router.request.upstream import Upstream, aiohttp_transport, upstream_headers
 from tests.conftest import dedicated_profile, serverless_profile
 from tests.servers import (

@@ -130,7 +130,7 @@ async def test_a_scheduled_route_is_kept_warm_only_in_the_hours_the_model_spille
         config = parse_config(config_text(sl, redis_url, when="schedule"), {})
         model = config.models["m"]
         hour = time.gmtime().tm_hour
-        for spills, expect_probes in ((None, True), (0, False), (3, True)):
+        for spills, expect_pings in ((None, True), (0, False), (3, True)):
             store = MemoryStore(config.route_keys())
             if spills is not None:
                 store.count(
@@ -142,7 +142,7 @@ async def test_a_scheduled_route_is_kept_warm_only_in_the_hours_the_model_spille
             try:
                 await warm.tick()
                 deadline = time.monotonic() + 10
-                while expect_probes and sl.stats()["requests"] < before + 1:  # the probe arrived
+                while expect_pings and sl.stats()["requests"] < before + 1:  # the probe arrived
                     assert time.monotonic() < deadline
                     await asyncio.sleep(0.01)
                 await warm.close()
@@ -152,7 +152,7 @@ async def test_a_scheduled_route_is_kept_warm_only_in_the_hours_the_model_spille
                 pytest.skip("the UTC hour changed during the test")
             expected = None if spills is None else ([hour] if spills else [])
             assert warm.schedules() == {"m/sl": expected}
-            assert warm.probes_started == (1 if expect_probes else 0)
+            assert warm.pings_sent == (1 if expect_pings else 0)
 
 
 async def test_a_cold_probe_shrinks_the_interval_until_the_route_stays_warm():

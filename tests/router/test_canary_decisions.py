@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from router.canary.analysis import Side, Verdict, analyse
-from router.canary.controller import CanaryConflict, CanaryRun, _admin_action, decide
+from router.canary.run import CanaryConflict, CanaryRun, admin_action, decide
 from router.config import CanaryChecks, CanaryControllerConfig, ConfigError, parse_config
 
 HEALTHY = Side(
@@ -108,12 +108,12 @@ def test_the_last_step_promotes():
 def test_admin_actions_refuse_what_does_not_apply():
     idle = CanaryRun()
     with pytest.raises(CanaryConflict):
-        _admin_action(idle, "pause", CONFIG, 1.0)
+        admin_action(idle, "pause", CONFIG, 1.0)
     with pytest.raises(CanaryConflict):
-        _admin_action(idle, "resume", CONFIG, 1.0)
-    started = _admin_action(idle, "start", CONFIG, 1.0)
+        admin_action(idle, "resume", CONFIG, 1.0)
+    started = admin_action(idle, "start", CONFIG, 1.0)
     assert (started.state, started.percent, started.next_at) == ("progressing", 5, 301.0)
     with pytest.raises(CanaryConflict):
-        _admin_action(started, "start", CONFIG, 1.0)
-    assert _admin_action(started, "promote", CONFIG, 2.0).percent == 100
-    assert _admin_action(started, "abort", CONFIG, 2.0).percent == 0
+        admin_action(started, "start", CONFIG, 1.0)
+    assert admin_action(started, "promote", CONFIG, 2.0).percent == 100
+    assert admin_action(started, "abort", CONFIG, 2.0).percent == 0

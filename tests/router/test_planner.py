@@ -196,7 +196,7 @@ def test_predicted_admission_beats_every_fixed_cap_on_the_bursty_slice_and_match
         assert predicted["cost_per_slo_success_usd"] <= cheapest * 1.03, name
 
 
-def test_keep_warm_probes_keep_serverless_warm_and_are_priced_as_spend():
+def test_keep_warm_pings_keep_serverless_warm_and_are_priced_as_spend():
     gap = S.idle_to_cold_s
     rows = [Arrival(0.0, 10, 2), Arrival(3 * gap, 10, 2)]
     cold = evaluate(rows, Plan(0), SYSTEM, slo_ttft_ms=2000.0, span_s=4 * gap)

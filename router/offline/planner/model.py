@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from router.offline.calibration import DedicatedCalibration, ServerlessCalibration
-from router.offline.probe import percentile
 from router.offline.replay import Arrival
+from router.offline.stats import percentile
 
 SERVERLESS_ROUTE = "serverless"
 
@@ -246,8 +246,8 @@ class _Run:
     # serverless ----------------------------------------------------------------------------
 
     def _warm(self, now: float, _: int, __: int) -> None:
-        """A keep-warm probe: the provider saw a request (its own cold start, if any, is the
-        probe's, and probes are not latency samples)."""
+        """A keep-warm ping: the provider saw a request (its own cold start, if any, is the
+        ping's, and pings are not latency samples)."""
         self._serverless_last_seen = now
 
     def _serverless(self, now: float, request: _Request, reason: str) -> None:
@@ -345,7 +345,7 @@ class _Run:
 
 
 def keep_warm_times(plan: Plan, until_s: float) -> list[float]:
-    """When the keep-warm probes go out over a trace ending at `until_s` (router/spill/keep_warm.py,
+    """When the keep-warm pings go out over a trace ending at `until_s` (router/spill/keep_warm.py,
     `when: always`: from the start, every `keep_warm_s`)."""
     if plan.keep_warm_s <= 0 or plan.replicas < 0:
         return []

@@ -56,18 +56,18 @@ class Grid:
         return found
 
 
-KEEP_WARM_PROMPT_TOKENS = 8  # keep_warm.prompt_tokens' default: a probe's priced input
+KEEP_WARM_PROMPT_TOKENS = 8  # keep_warm.prompt_tokens' default: a ping's priced input
 
 
 def pricing(plan: Plan, system: System, until_s: float = 0.0) -> Pricing:
     s = system.serverless
-    probe_usd = token_cost_usd(KEEP_WARM_PROMPT_TOKENS, 1, s.usd_per_mtok_in, s.usd_per_mtok_out)
+    ping_usd = token_cost_usd(KEEP_WARM_PROMPT_TOKENS, 1, s.usd_per_mtok_in, s.usd_per_mtok_out)
     return Pricing(
         dedicated_usd_per_hour=plan.replicas * system.dedicated.usd_per_hour,
         dedicated_slots=plan.replicas * plan.max_concurrency,
         dedicated_routes=frozenset(dedicated_route(i) for i in range(plan.replicas)),
         serverless_usd_per_mtok={SERVERLESS_ROUTE: (s.usd_per_mtok_in, s.usd_per_mtok_out)},
-        keep_warm_usd=len(keep_warm_times(plan, until_s)) * probe_usd,
+        keep_warm_usd=len(keep_warm_times(plan, until_s)) * ping_usd,
     )
 
 

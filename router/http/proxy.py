@@ -1,4 +1,4 @@
-"""The OpenAI-compatible routes and health checks. Thin: read, hand to dispatch, shape.
+"""The proxied OpenAI routes. Thin: read, hand to dispatch, shape the answer.
 
 The proxied routes are served by `LeanApi`, straight from ASGI ahead of FastAPI's middleware
 stack (which the admin, models and health routes keep): one error renderer, no dependency
@@ -14,33 +14,23 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
-import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from router.config import GatewayConfig, LimitsConfig
-from router.errors import (
-    INTERNAL_ERROR_MESSAGE,
-    ClientTooSlow,
-    GatewayError,
-    InvalidRequest,
-    ModelNotFound,
-    PayloadTooLarge,
-    ServerStopping,
-)
+from router.config import LimitsConfig
+from router.errors import INTERNAL_ERROR_MESSAGE, GatewayError, ServerStopping
+from router.http.answers import JSON, error_response
 from router.http.auth import ApiKeys
+from router.http.bodies import read_body
 from router.http.disconnect import unless_client_leaves
 from router.openai import PATHS
-from router.request.dispatch import Dispatcher, Reply, new_request_id
+from router.request.dispatch import Dispatcher
 from router.request.job import Client
-from router.state.roles import StateStore
+from router.request.reply import Reply
 
 PROXIED_PATHS = tuple(PATHS)
 log = logging.getLogger("tidegate")
-_JSON = "application/json"
 
 
 class _ClientStalled(Exception):
@@ -128,7 +118,7 @@ class BodyResponse(_CleanupAfterSend):
             reply.body,
             status_code=reply.status,
             headers=reply.headers,
-            media_type=reply.headers.get("content-type", _JSON),
+            media_type=reply.headers.get("content-type", JSON),
         )
         self._reply = reply
         self._write_timeout_s = write_timeout_s
@@ -162,15 +152,6 @@ class LeanApi:
         await response(scope, receive, send)
 
 
-def error_response(exc: GatewayError) -> Response:
-    """A GatewayError as the OpenAI-shaped error the client gets (the lean path and FastAPI's
-    handlers both answer with this), with its Retry-After when it has one."""
-    headers = {"x-request-id": new_request_id()}  # the SDKs' `request_id`, on refusals too
-    if exc.retry_after_s is not None:
-        headers["retry-after"] = f"{exc.retry_after_s:g}"
-    return Response(exc.body(), status_code=exc.status_code, media_type=_JSON, headers=headers)
-
-
 def proxied_endpoint(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: LimitsConfig) -> Endpoint:
     async def endpoint(request: Request) -> Response:
         received_at = time.monotonic()
@@ -198,93 +179,3 @@ async def respond(reply: Reply, write_timeout_s: float) -> Response:
             with anyio.CancelScope(shield=True):
                 await reply.on_close()
         raise
-
-
-async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The whole body within `timeout_s` (else 408), refusing more than `limit` bytes (413)."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await _read_body(request, limit)
-    except TimeoutError:
-        raise ClientTooSlow(
-            f"the request body did not arrive within limits.body_timeout_s ({timeout_s:g}s)"
-        ) from None
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise InvalidRequest("invalid Content-Length header")
-        if int(declared) > limit:
-            raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
-    except ClientDisconnect as exc:
-        raise InvalidRequest("the client closed the connection while sending the body") from exc
-    return b"".join(chunks)
-
-
-def models_routes(config: GatewayConfig, keys: ApiKeys) -> list[Route]:
-    """`GET /v1/models` and `GET /v1/models/{id}`: the configured model names, behind the
-    client keys like every other `/v1` route (tools check a key by listing models)."""
-    created = int(time.time())
-    objects = {
-        name: orjson.dumps({"id": name, "object": "model", "created": created, "owned_by": "tidegate"})
-        for name in config.models
-    }
-    listing = b'{"object":"list","data":[' + b",".join(objects.values()) + b"]}"
-
-    async def list_models(request: Request) -> Response:
-        keys.check(request)
-        return Response(listing, media_type=_JSON)
-
-    async def retrieve_model(request: Request) -> Response:
-        keys.check(request)
-        name = request.path_params["model"]
-        found = objects.get(name)
-        if found is None:
-            raise ModelNotFound(f"The model `{name}` does not exist", param="model")
-        return Response(found, media_type=_JSON)
-
-    return [
-        Route("/v1/models", list_models, methods=["GET"]),
-        Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
-    ]
-
-
-def health_routes(store: StateStore, time_scale: float = 1.0) -> list[Route]:
-    async def healthz(request: Request) -> Response:
-        return Response(b'{"status":"ok"}', media_type=_JSON)
-
-    async def readyz(request: Request) -> Response:
-        """Ready while the gateway can serve, which it can without Redis (decisions are then
-        local): an unreachable store is reported as `degraded`, still 200, so an orchestrator
-        does not take every replica out of service because Redis blinked. Served from what the
-        store's background refresh last saw: no I/O, whoever asks and however often."""
-        reachable = not store.degraded
-        body = {
-            "status": "ready" if reachable and not store.degraded else "degraded",
-            "state_store": store.name,
-            "state_store_reachable": reachable,
-            "fallback_admissions": store.fallback_admissions,
-            "time_scale": time_scale,  # not 1: a time-lapsed gateway, for `tidegate replay --speed`
-        }
-        return Response(orjson.dumps(body), media_type=_JSON)
-
-    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
-
-
-def metrics_route(registry: CollectorRegistry) -> Route:
-    """Prometheus text exposition of this process's registry (see router/record/telemetry.py)."""
-
-    async def metrics(request: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-    return Route("/metrics", metrics, methods=["GET"])

@@ -1,0 +1,78 @@
+"""`tidegate serve` (the gateway for a config file) and `tidegate check-config`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from router.app import build_policies, create_app
+from router.cli.serving import bind, run, run_workers, serving_of, startup_failed
+from router.config import ConfigError, load_config
+
+
+def add_parser(commands: Any) -> None:
+    serve = commands.add_parser("serve", help="run the gateway for a config file")
+    serve.add_argument("--config", required=True, type=Path, help="path to tidegate.yaml")
+    serve.add_argument("--host", help="override listen.host")
+    serve.add_argument("--port", type=int, help="override listen.port")
+    serve.add_argument(
+        "--workers", type=int, default=1, help="processes accepting on the port (more than 1 needs Redis)"
+    )
+    serve.set_defaults(run=_serve)
+    check = commands.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("file", type=Path)
+    check.set_defaults(run=_check_config)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        app = create_app(config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.workers < 1 or (args.workers > 1 and not config.state.redis_url):
+        print(
+            "--workers must be 1 without state.redis_url: the memory store is per process, so "
+            "workers would each admit max_concurrency (set TIDEGATE_REDIS_URL / state.redis_url)",
+            file=sys.stderr,
+        )
+        return 2
+    sock = bind(args.host or config.listen.host, args.port if args.port is not None else config.listen.port)
+    host, port = sock.getsockname()[:2]
+    print(
+        f"tidegate listening on http://{host}:{port}/v1 ({len(config.models)} model(s), "
+        f"store: {app.state.store.name}, workers: {args.workers})",
+        flush=True,
+    )
+    served = serving_of(app, sock, config)
+    if args.workers == 1:
+        with contextlib.suppress(SystemExit):  # uvicorn exits 3 when the lifespan refused to start
+            run(served)
+        failed = startup_failed(app)
+        if failed:
+            print(f"tidegate: cannot start: {failed}", file=sys.stderr)
+            return 2
+        return 0
+    return run_workers(lambda: create_app(config), served, args.workers)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.file)
+        build_policies(config)
+    except ConfigError as exc:
+        print(f"{args.file}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    for name, model in config.models.items():
+        routes = ", ".join(f"{e.name} ({e.kind})" for e in model.endpoints)
+        print(f"model {name}: policy {model.policy}, canary {model.canary_percent:g}%, {routes}")
+    worst = config.limits.worst_case_bytes() / (1 << 20)
+    print(f"limits: clients can make one process hold at most {worst:,.0f} MiB (README: Security and limits)")
+    print(f"{args.file}: OK")
+    return 0

@@ -1,0 +1,68 @@
+"""The gateway's configuration: typed, frozen sections loaded from YAML plus the environment
+(router/config/loading.py). Everything a consumer needs is named here."""
+
+from __future__ import annotations
+
+from router.config.endpoints import (
+    DedicatedEndpoint,
+    Endpoint,
+    EndpointConfig,
+    EngineSignalConfig,
+    KeepWarmConfig,
+    ScheduleEntry,
+    ServerlessEndpoint,
+    TimeoutsConfig,
+)
+from router.config.gateway import ConfigError, GatewayConfig
+from router.config.loading import load_config, parse_config
+from router.config.model import (
+    BreakerConfig,
+    CanaryChecks,
+    CanaryControllerConfig,
+    HedgeConfig,
+    ModelConfig,
+    ResponseModel,
+    RetryConfig,
+    RoutingConfig,
+    SloConfig,
+    SuccessConfig,
+)
+from router.config.sections import (
+    AuthConfig,
+    LimitsConfig,
+    ListenConfig,
+    ServerConfig,
+    StateConfig,
+    TasksConfig,
+)
+
+__all__ = [
+    "AuthConfig",
+    "BreakerConfig",
+    "CanaryChecks",
+    "CanaryControllerConfig",
+    "ConfigError",
+    "DedicatedEndpoint",
+    "Endpoint",
+    "EndpointConfig",
+    "EngineSignalConfig",
+    "GatewayConfig",
+    "HedgeConfig",
+    "KeepWarmConfig",
+    "LimitsConfig",
+    "ListenConfig",
+    "ModelConfig",
+    "ResponseModel",
+    "RetryConfig",
+    "RoutingConfig",
+    "ScheduleEntry",
+    "ServerConfig",
+    "ServerlessEndpoint",
+    "SloConfig",
+    "StateConfig",
+    "SuccessConfig",
+    "TasksConfig",
+    "TimeoutsConfig",
+    "load_config",
+    "parse_config",
+]

@@ -1,0 +1,167 @@
+"""An endpoint's section: where it is, how long it may take, and, dedicated, its capacity and
+price; serverless, its prices and keep-warm."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from policies.types import EndpointKind
+from router.config.frozen import Frozen
+
+
+class TimeoutsConfig(Frozen):
+    """Per-endpoint timeouts in seconds."""
+
+    connect_s: Annotated[float, Field(gt=0)] = 5.0
+    ttft_s: Annotated[float, Field(gt=0)] = 60.0  # request sent -> first byte from upstream
+    idle_s: Annotated[float, Field(gt=0)] = 60.0  # longest gap between two chunks
+    total_s: Annotated[float, Field(gt=0)] = 600.0
+
+
+class EngineSignalConfig(Frozen):
+    """Poll a dedicated endpoint's vLLM `/metrics` and spill before its queue builds."""
+
+    metrics_url: Annotated[str, Field(pattern=r"^https?://")]
+    max_running: Annotated[int, Field(gt=0)] | None = None  # engine's max_num_seqs; None: max_concurrency
+    interval_s: Annotated[float, Field(gt=0)] = 1.0
+    stale_after_s: Annotated[float, Field(gt=0)] = 5.0
+    on_stale: Literal["spill", "trust_leases"] = "trust_leases"
+    waiting_on: Annotated[float, Field(ge=0)] = 1.0  # estimated waiting requests to start spilling
+    waiting_off: Annotated[float, Field(ge=0)] = 0.0  # ... and to stop
+    kv_cache_on: Annotated[float, Field(gt=0, le=1)] = 0.95  # KV cache usage fraction
+    kv_cache_off: Annotated[float, Field(gt=0, le=1)] = 0.85
+    dwell_s: Annotated[float, Field(ge=0)] = 2.0
+
+    @model_validator(mode="after")
+    def _off_below_on(self) -> EngineSignalConfig:
+        if self.waiting_off > self.waiting_on or self.kv_cache_off > self.kv_cache_on:
+            raise ValueError("each *_off threshold must be at or below its *_on threshold")
+        return self
+
+
+class EndpointConfig(Frozen):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")]
+    base_url: Annotated[str, Field(pattern=r"^https?://")]
+    model: Annotated[str, Field(min_length=1)]  # the upstream's id for this model
+    api_key: str = ""
+    organization: str = ""  # sent as OpenAI-Organization (a client's own is never forwarded)
+    project: str = ""  # sent as OpenAI-Project
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+
+
+_CLOCK = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+
+
+class ScheduleEntry(Frozen):
+    """Replicas in force every day (UTC) from `start` to `end` ("HH:MM"; end before start:
+    across midnight), for pricing scale-to-zero or a bigger daytime pool."""
+
+    start: str
+    end: str
+    replicas: Annotated[float, Field(ge=0)]
+
+    @field_validator("start", "end")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        if not _CLOCK.fullmatch(value):
+            raise ValueError("expected a UTC time of day as HH:MM")
+        return value
+
+    def seconds(self, value: str) -> int:
+        hours, minutes = value.split(":")
+        return int(hours) * 3600 + int(minutes) * 60
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> ScheduleEntry:
+        if self.start == self.end:
+            raise ValueError("start and end are the same time: the window would be empty")
+        return self
+
+
+class DedicatedEndpoint(EndpointConfig):
+    max_concurrency: Annotated[int, Field(gt=0)]  # global across all replicas
+    max_waiters: Annotated[int, Field(ge=0)] = 64  # requests waiting in line (routing.max_queue_ms)
+    engine_signal: EngineSignalConfig | None = None
+    gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0  # per GPU: the endpoint costs gpus x this x replicas
+    gpus: Annotated[int, Field(gt=0)] = 1  # per replica
+    # provisioned outside the schedule's windows; max_concurrency is the slots at this count
+    # (one replica's when 0), so a schedule scales the slots with the replicas (router/economics/costs.py)
+    replicas: Annotated[float, Field(ge=0)] = 1.0
+    schedule: tuple[ScheduleEntry, ...] = ()  # other replica counts at fixed times of day (UTC)
+    # predicted-TTFT admission's prior for this pool, until its TTFTs are measured: TTFT =
+    # overhead + prompt tokens waiting for prefill / rate (router/signals/prefill.py learns both)
+    prefill_tokens_per_s: Annotated[float, Field(gt=0)] = 8000.0
+    ttft_overhead_ms: Annotated[float, Field(ge=0)] = 50.0
+
+    @model_validator(mode="after")
+    def _schedule_windows_apart(self) -> DedicatedEndpoint:
+        taken: set[int] = set()
+        for entry in self.schedule:
+            start, end = entry.seconds(entry.start) // 60, entry.seconds(entry.end) // 60
+            minutes = set(range(start, end)) if end > start else set(range(start, 1440)) | set(range(end))
+            if taken & minutes:
+                raise ValueError(
+                    f"schedule windows overlap (at {entry.start}-{entry.end}); each minute needs one count"
+                )
+            taken |= minutes
+        return self
+
+    @property
+    def usd_per_hour(self) -> float:
+        """The provisioned price per hour at the base replica count."""
+        return self.gpus * self.gpu_hour_usd * self.replicas
+
+    @property
+    def kind(self) -> EndpointKind:
+        return EndpointKind.DEDICATED
+
+
+class KeepWarmConfig(Frozen):
+    """Keep a scale-to-zero serverless route warm: one `max_tokens: 1` request every
+    `interval_s` (set it under the provider's idle timeout), sent by exactly one gateway
+    replica, while `when` holds, up to `max_usd_per_day` (router/spill/keep_warm.py). With `learn`,
+    a ping that finds the route cold after an idle gap shrinks the interval to half that gap
+    (not under `min_interval_s`)."""
+
+    interval_s: Annotated[float, Field(gt=0, le=3600)]
+    # always; dedicated_busy: only while the model's dedicated slots in use are at least
+    # `busy_above` of its slots (a spill is plausible); schedule: in the UTC hours of the day in
+    # which the model spilled at least `schedule_min_spills` a day over the last `schedule_days`
+    when: Literal["always", "dedicated_busy", "schedule"] = "always"
+    busy_above: Annotated[float, Field(gt=0, le=1)] = 0.6
+    schedule_days: Annotated[int, Field(ge=1, le=30)] = 1
+    schedule_min_spills: Annotated[float, Field(gt=0)] = 1.0
+    max_usd_per_day: Annotated[float, Field(ge=0)] = 1.0  # the pings stop for the UTC day past it
+    prompt_tokens: Annotated[int, Field(ge=1, le=1000)] = 8  # priced as this many input tokens
+    learn: bool = False  # shrink interval_s on cold-start evidence
+    min_interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    # a ping slower than this found the route cold; none: 4 x the median of its last 20 pings
+    # (at least 1 s)
+    cold_ms: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _min_under_interval(self) -> KeepWarmConfig:
+        if self.learn and self.min_interval_s > self.interval_s:
+            raise ValueError("min_interval_s must not exceed interval_s")
+        return self
+
+
+class ServerlessEndpoint(EndpointConfig):
+    usd_per_mtok_in: Annotated[float, Field(ge=0)] = 0.0
+    usd_per_mtok_out: Annotated[float, Field(ge=0)] = 0.0
+    keep_warm: KeepWarmConfig | None = None
+
+    @property
+    def kind(self) -> EndpointKind:
+        return EndpointKind.SERVERLESS
+
+    @property
+    def max_concurrency(self) -> None:
+        """Serverless has no slots of ours (policies.types.Target)."""
+        return None
+
+
+Endpoint = DedicatedEndpoint | ServerlessEndpoint

@@ -1,0 +1,171 @@
+"""A model's section: its routing policy, SLO, retries, breakers, success checks, canary
+controller, hedging and its endpoints."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from policies.predicted_ttft import Admission
+from policies.serverless import ServerlessOrder
+from router.config.endpoints import DedicatedEndpoint, Endpoint, ServerlessEndpoint
+from router.config.frozen import Frozen
+
+
+class SloConfig(Frozen):
+    """The SLO guard: spill new requests off a dedicated route whose windowed p95 TTFT is over
+    `ttft_p95_ms`; go back once it is at or under `recover_ratio` x that (or the window holds
+    fewer than `min_samples`), never changing state within `dwell_s` of the last change."""
+
+    ttft_p95_ms: Annotated[float, Field(gt=0)] | None = None  # None: no SLO guard
+    # predicted-TTFT admission admits to dedicated while the prediction fits this (ms);
+    # None: the SLO's p95 target
+    ttft_budget_ms: Annotated[float, Field(gt=0)] | None = None
+    recover_ratio: Annotated[float, Field(gt=0, le=1)] = 0.8
+    min_samples: Annotated[int, Field(ge=1)] = 20
+    dwell_s: Annotated[float, Field(ge=0)] = 10.0
+
+    @property
+    def admission_budget_ms(self) -> float | None:
+        return self.ttft_budget_ms if self.ttft_budget_ms is not None else self.ttft_p95_ms
+
+
+class ResponseModel(StrEnum):
+    REQUESTED = "requested"  # answers name the model the client asked for
+    UPSTREAM = "upstream"  # answers keep the upstream's id (it is also in x-tidegate-upstream-model)
+
+
+class RoutingConfig(Frozen):
+    serverless: ServerlessOrder = ServerlessOrder.CONFIGURED
+    min_samples: Annotated[int, Field(ge=1)] = 20  # before `fastest` trusts a route's figures
+    explore_percent: Annotated[float, Field(ge=0, le=100)] = 5.0  # keys sent to unmeasured routes
+    max_queue_ms: Annotated[float, Field(ge=0, le=10_000)] = 0.0  # wait for a dedicated slot; 0: spill
+    admission: Admission = Admission.SLOTS  # or predicted_ttft (policies/predicted_ttft.py)
+
+
+class RetryConfig(Frozen):
+    """Attempts after the first are retries; within `budget_window_s` a process makes at most
+    `budget_percent` of the model's requests in retries (and always allows `min_retries`)."""
+
+    attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    backoff_ms: Annotated[float, Field(ge=0)] = 100.0
+    budget_percent: Annotated[float, Field(ge=0, le=100)] = 20.0
+    budget_window_s: Annotated[float, Field(gt=0)] = 10.0
+    min_retries: Annotated[int, Field(ge=0)] = 3  # per window, so a quiet model can still retry
+
+
+class BreakerConfig(Frozen):
+    """Per endpoint: open after `consecutive_failures` failed attempts in a row, or when at
+    least `min_requests` attempts in `window_s` failed at `error_rate_percent` or more. Open
+    means skipped (`circuit_open`) for a cooldown of `cooldown_s`, doubled on each failed
+    trial up to `max_cooldown_s`; after it the next requests are trials of the endpoint and a success
+    closes it. Shared through the state store."""
+
+    consecutive_failures: Annotated[int, Field(ge=1)] = 5
+    error_rate_percent: Annotated[float, Field(gt=0, le=100)] = 50.0
+    min_requests: Annotated[int, Field(ge=1)] = 20
+    window_s: Annotated[float, Field(gt=0)] = 10.0
+    cooldown_s: Annotated[float, Field(gt=0)] = 5.0
+    max_cooldown_s: Annotated[float, Field(gt=0)] = 60.0
+
+
+class SuccessConfig(Frozen):
+    """The automatic checks that decide a served answer succeeded (before any application
+    feedback): its finish_reason is accepted, its tool-call arguments parse as JSON, and a
+    `response_format` json_object/json_schema answer parses (and matches its schema)."""
+
+    finish_reasons: tuple[str, ...] = ("stop", "tool_calls")  # `length` is a failure unless listed
+    check_json: bool = True  # tool-call arguments and JSON answers must parse
+    max_checked_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024  # of a stream's text kept for checks
+
+
+class CanaryChecks(Frozen):
+    """Dedicated against serverless over the same interval; a check whose figure is missing on
+    a side (no samples) makes the analysis inconclusive, not failed."""
+
+    ttft_p95_max_ratio: Annotated[float, Field(gt=0)] | None = 1.2
+    ttft_p95_max_ms: Annotated[float, Field(gt=0)] | None = None
+    itl_p50_max_ratio: Annotated[float, Field(gt=0)] | None = 1.5
+    error_rate_max_percent: Annotated[float, Field(ge=0, le=100)] | None = 1.0  # dedicated, absolute
+    success_rate_min_ratio: Annotated[float, Field(gt=0)] | None = 0.98  # dedicated / serverless
+    cost_per_success_max_ratio: Annotated[float, Field(gt=0)] | None = None  # dedicated / serverless
+
+
+class CanaryControllerConfig(Frozen):
+    """Move the model's canary percent step by step while dedicated holds up against
+    serverless (router/canary/controller.py)."""
+
+    steps: tuple[Annotated[float, Field(gt=0, le=100)], ...] = ()
+    step_percent: Annotated[float, Field(gt=0, le=100)] | None = None  # instead of steps: +this ...
+    max_percent: Annotated[float, Field(gt=0, le=100)] = 100.0  # ... up to this
+    interval_s: Annotated[float, Field(gt=0)] = 300.0
+    min_samples: Annotated[int, Field(ge=1)] = 75  # requests per side and interval; fewer: hold
+    # no caller (API key) weighs more than this share of a side's success and error rates
+    max_caller_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    min_callers: Annotated[int, Field(ge=1)] = 3  # fewer: the verdict says it rests on few callers
+    checks: CanaryChecks = CanaryChecks()
+    failure_threshold: Annotated[int, Field(ge=1)] = 2  # failed analyses in a row before on_failure
+    on_failure: Literal["rollback", "hold"] = "rollback"
+    start: Literal["manual", "auto"] = "manual"  # auto: start a run when the gateway starts (if idle)
+
+    @model_validator(mode="after")
+    def _one_way_to_step(self) -> CanaryControllerConfig:
+        if self.steps and self.step_percent is not None:
+            raise ValueError("give either steps or step_percent (with max_percent), not both")
+        if not self.steps and self.step_percent is None:
+            raise ValueError("give steps (e.g. [5, 10, 25, 50, 100]) or step_percent")
+        if list(self.steps) != sorted(set(self.steps)):
+            raise ValueError("steps must rise strictly")
+        return self
+
+    def plan(self) -> tuple[float, ...]:
+        """The percents a run walks through, in order."""
+        if self.steps:
+            return self.steps
+        assert self.step_percent is not None
+        count = int(self.max_percent / self.step_percent + 1e-9)
+        walk = [round(self.step_percent * (i + 1), 6) for i in range(count)]
+        if not walk or walk[-1] < self.max_percent:
+            walk.append(self.max_percent)
+        return tuple(walk)
+
+
+class HedgeConfig(Frozen):
+    """A stream whose dedicated attempt has no first event `after_ms` after it was sent also
+    starts its serverless attempt; the first of the two to produce a first event is relayed,
+    the other cancelled at once (its slot released). At most `max_percent` of the model's
+    requests hedge within `window_s` (per process), and always `min_hedges` (so the first
+    stall after a quiet spell is hedged too); non-stream requests never hedge (their first
+    byte is the whole answer). See router/request/hedge.py."""
+
+    after_ms: Annotated[float, Field(gt=0, le=600_000)]
+    max_percent: Annotated[float, Field(gt=0, le=100)] = 5.0
+    window_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    min_hedges: Annotated[int, Field(ge=0, le=1000)] = 1  # per window, whatever the share
+
+
+class ModelConfig(Frozen):
+    policy: str = "dedicated_first"  # a name from policies.registry
+    canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
+    response_model: ResponseModel = ResponseModel.REQUESTED
+    slo: SloConfig = SloConfig()
+    routing: RoutingConfig = RoutingConfig()
+    breaker: BreakerConfig = BreakerConfig()
+    retry: RetryConfig = RetryConfig()
+    success: SuccessConfig = SuccessConfig()
+    canary: CanaryControllerConfig | None = None  # the canary controller; none: set by hand only
+    hedge: HedgeConfig | None = None  # none: a slow first token is waited for, never hedged
+    dedicated: tuple[DedicatedEndpoint, ...] = ()
+    serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order
+
+    @model_validator(mode="after")
+    def _hedge_needs_both_kinds(self) -> ModelConfig:
+        if self.hedge is not None and not (self.dedicated and self.serverless):
+            raise ValueError("hedge needs both a dedicated and a serverless endpoint to race")
+        return self
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return (*self.dedicated, *self.serverless)

@@ -1,0 +1,119 @@
+"""The gateway-wide sections of the config: where it listens, who it believes, its state store,
+its keys, its limits, and how long tasks are tracked."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from router.config.frozen import Frozen
+
+
+class ListenConfig(Frozen):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+
+
+class ServerConfig(Frozen):
+    """The HTTP server. `forwarded_allow_ips`: the proxies (IPs, CIDRs, or "*") whose
+    X-Forwarded-For and X-Forwarded-Proto are believed; empty, nobody's are (the client's
+    address is the socket's)."""
+
+    forwarded_allow_ips: tuple[str, ...] = ()
+
+
+class StateConfig(Frozen):
+    redis_url: str = ""  # empty: the embedded in-memory store (one process only)
+    lease_ttl_s: Annotated[float, Field(gt=0)] = 30.0  # a dead replica's slots free up after this
+    window_s: Annotated[float, Field(ge=10, le=3600)] = 60.0  # latency window policies read
+    retention_s: Annotated[float, Field(ge=60)] = 86400.0  # latency slices expire after this
+    # per-route histograms and counters in the store; false leaves the SLO guard, `fastest`,
+    # the wait-in-line estimate and /admin/routes without data (kept for measuring their cost)
+    record: bool = True
+    fallback_share: Annotated[float, Field(gt=0, le=1)] = 0.5  # of each pool per process while Redis is down
+    # Redis unreachable at start: refuse to start (false), or start deciding locally (true)
+    start_degraded: bool = False
+    redis_cluster: bool = False  # redis_url points at a Redis Cluster (also: a redis+cluster:// URL)
+    leader_ttl_s: Annotated[float, Field(ge=1, le=300)] = 10.0  # the canary controller's leader lease
+
+
+class AuthConfig(Frozen):
+    """Client keys that all resolve empty refuse to start, unless `allow_anonymous` says to
+    run open: a missing secret must never silently open the gateway."""
+
+    api_keys: tuple[str, ...] = ()  # empty strings are dropped
+    allow_anonymous: bool = False
+    admin_key: str = ""  # empty: the admin API answers 403
+
+    @field_validator("api_keys")
+    @classmethod
+    def _drop_empty(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(k for k in keys if k)
+
+    @model_validator(mode="after")
+    def _closed_unless_said(self) -> AuthConfig:
+        if not self.api_keys and not self.allow_anonymous:
+            raise ValueError(
+                "no client API key is set (every auth.api_keys entry is empty or missing); set one, "
+                "or set auth.allow_anonymous: true to serve without keys"
+            )
+        if self.api_keys and self.allow_anonymous:
+            raise ValueError("auth.allow_anonymous: true and auth.api_keys both set; choose one")
+        if self.admin_key and self.admin_key in self.api_keys:
+            raise ValueError("auth.admin_key must differ from every client key in auth.api_keys")
+        return self
+
+
+class LimitsConfig(Frozen):
+    """Every resource a client or an upstream can grow, bounded per process. README,
+    "Security and limits", says what the client gets when each is hit."""
+
+    max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024  # proxied /v1 paths: 413 above
+    # the admin API, feedback and every other path: 413 above (checked before auth)
+    max_control_body_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
+    # bodies held by the requests in flight of one process; a head that does not fit: 503
+    max_body_bytes_in_flight: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024
+    # after a refusal (or an answer before the body ended), the rest of the body is read and
+    # dropped for at most this long and this many bytes, then the connection closes
+    discard_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+    max_discard_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
+    max_output_tokens: Annotated[int, Field(gt=0)] = 1 << 20  # a larger max_tokens is refused (400)
+    max_n: Annotated[int, Field(ge=1, le=128)] = 8  # `n` / `best_of` above: 400
+    drain_s: Annotated[int, Field(ge=1)] = 30  # on SIGTERM, in-flight requests get this long (s)
+    max_in_flight: Annotated[int, Field(ge=1)] = 1024  # /v1 requests at once; more: 503 + Retry-After
+    max_connections: Annotated[int, Field(ge=1)] = 4096  # open client connections; more are closed
+    max_header_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024  # request line + headers; more: 431
+    header_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # connect/idle -> end of headers; else 408
+    body_timeout_s: Annotated[float, Field(gt=0)] = 60.0  # headers -> end of body; else 408
+    keep_alive_s: Annotated[float, Field(gt=0)] = 90.0  # idle keep-alive; above clients' and LBs' own
+    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0  # the whole request, retries included: 504
+    client_write_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # a client not reading this long: cut
+    max_response_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024  # an upstream body above: 502
+    max_event_bytes: Annotated[int, Field(gt=0)] = 8 * 1024 * 1024  # one upstream SSE event above: cut
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> LimitsConfig:
+        if self.max_body_bytes > self.max_body_bytes_in_flight:
+            raise ValueError(
+                "max_body_bytes must not exceed max_body_bytes_in_flight (no such body could be read)"
+            )
+        return self
+
+    def worst_case_bytes(self) -> int:
+        """What clients can make one process hold at most: every body in flight, plus the
+        request head of every open connection (a body nobody reads is dropped, not kept)."""
+        return self.max_body_bytes_in_flight + self.max_connections * self.max_header_bytes
+
+
+class TasksConfig(Frozen):
+    """Tasks (requests grouped by `x-tidegate-task-id`, or one request each) are tracked this
+    long for feedback (`POST /v1/feedback`), at most `max_tracked` per process (memory store;
+    Redis keeps them by TTL alone)."""
+
+    ttl_s: Annotated[float, Field(ge=60, le=7 * 86400)] = 3600.0
+    max_tracked: Annotated[int, Field(ge=1000)] = 200_000
+    # failure feedback on a request or task not settled yet is kept this long, at most this
+    # many per key (past that: 429); it never displaces a tracked task
+    early_feedback_s: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    max_early_feedback: Annotated[int, Field(ge=1, le=100_000)] = 100

@@ -1,0 +1,19 @@
+"""The one way the HTTP layer turns a GatewayError into the OpenAI-shaped answer a client reads."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from router.errors import GatewayError
+from router.request.reply import new_request_id
+
+JSON = "application/json"
+
+
+def error_response(exc: GatewayError) -> Response:
+    """A GatewayError as the OpenAI-shaped error the client gets (the lean path and FastAPI's
+    handlers both answer with this), with its Retry-After when it has one."""
+    headers = {"x-request-id": new_request_id()}  # the SDKs' `request_id`, on refusals too
+    if exc.retry_after_s is not None:
+        headers["retry-after"] = f"{exc.retry_after_s:g}"
+    return Response(exc.body(), status_code=exc.status_code, media_type=JSON, headers=headers)
