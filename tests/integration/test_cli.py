@@ -85,11 +85,11 @@ def test_demo_starts_upstreams_and_answers_the_sdk():
     with CliProcess("demo", "--port", "0") as demo:
         client = openai.OpenAI(base_url=demo.url, api_key="unused", max_retries=0)
         reply = client.chat.completions.create(
-            model="demo-model", messages=[{"role": "user", "content": "Hello"}]
+            model="demo-model", messages=[{"role": "user", "content": "Hello"}], max_tokens=5
         )
         assert reply.choices[0].message.content
         streamed = client.chat.completions.create(
-            model="demo-model", messages=[{"role": "user", "content": "Hi"}], stream=True
+            model="demo-model", messages=[{"role": "user", "content": "Hi"}], stream=True, max_tokens=5
         )
         assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
         routes = demo.root + "/admin/routes?window=1m"

@@ -17,7 +17,10 @@ def test_report_after_demo_traffic(tmp_path):
         client = openai.OpenAI(base_url=demo.url, api_key="unused", max_retries=0)
         for i in range(6):
             client.chat.completions.create(
-                model="demo-model", messages=[{"role": "user", "content": f"Hello {i}"}], stream=i % 2 == 0
+                model="demo-model",
+                messages=[{"role": "user", "content": f"Hello {i}"}],
+                stream=i % 2 == 0,
+                max_tokens=8,
             )
         report_url = demo.root + "/admin/report?window=5m"
         admin = {"authorization": "Bearer demo-admin"}
