@@ -8,7 +8,6 @@ import os
 from importlib import resources
 from typing import Any
 
-from router.app import create_app
 from router.cli.serving import Served, bind, run, serving_of
 from router.config import GatewayConfig, parse_config
 
@@ -28,6 +27,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from router.app import create_app  # noqa: PLC0415 (lazy: the other commands start fast)
     from router.cli.scenarios import SCENARIOS  # noqa: PLC0415 (lazy: it loads the simulator)
     from router.sim.app import create_sim_app  # noqa: PLC0415
 

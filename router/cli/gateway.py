@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from router.app import build_policies, create_app
 from router.cli.serving import bind, run, run_workers, serving_of, startup_failed
 from router.config import ConfigError, load_config
 
@@ -28,6 +27,8 @@ def add_parser(commands: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from router.app import create_app  # noqa: PLC0415 (lazy: the other commands start fast)
+
     try:
         config = load_config(args.config)
         app = create_app(config)
@@ -61,6 +62,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
+    from router.app import build_policies  # noqa: PLC0415 (lazy: the other commands start fast)
+
     try:
         config = load_config(args.file)
         build_policies(config)

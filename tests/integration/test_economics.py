@@ -157,7 +157,7 @@ def test_the_report_matches_what_the_simulators_and_clients_counted(tmp_path, re
                     and all(routes[r]["tasks"] == expected_tasks.get(r, 0) for r in routes)
                 )
 
-            wait_until(settled, timeout=20, interval=0.2)
+            wait_until(settled, timeout=60, interval=0.2)
             found = report(a.url)
         stats = {"sl1": sl1.stats(), "sl2": sl2.stats(), "ded": ded.stats()}
 

@@ -155,6 +155,7 @@ async def test_a_scheduled_route_is_kept_warm_only_in_the_hours_the_model_spille
             assert warm.pings_sent == (1 if expect_pings else 0)
 
 
+@pytest.mark.timing  # pings timed against an idle timeout: alone
 async def test_a_cold_probe_shrinks_the_interval_until_the_route_stays_warm():
     # scale-to-zero after 1 s idle, and a 0.6-0.7 s load when cold
     profile = serverless_profile(

@@ -78,6 +78,7 @@ def test_a_replay_at_a_speed_the_gateway_was_not_time_lapsed_for_is_refused(tmp_
     assert too_fast.returncode == 2 and "state.window_s" in too_fast.stdout + too_fast.stderr
 
 
+@pytest.mark.timing  # the replay measures TTFTs: alone, so other tests do not slow it
 @pytest.mark.timeout(300)
 def test_the_model_predicts_what_a_replay_through_the_real_gateway_measures(tmp_path):
     """Minute 3 of the code trace (531 requests of ~2,000 prompt tokens in one burst) at x4,
