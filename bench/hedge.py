@@ -188,17 +188,7 @@ def serverless_p95(args: argparse.Namespace) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--rate", type=float, default=10.0, help="arrivals per second")
-    parser.add_argument("--after-ms", type=float, default=500.0)
-    parser.add_argument("--max-percent", type=float, default=20.0)
-    parser.add_argument("--stall-rate", type=float, default=0.1)
-    parser.add_argument("--stall-s", type=float, default=5.0)
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = parser.parse_args()
+    args = _arguments()
     sl_p95 = serverless_p95(args)
     hedge = f"    hedge: {{after_ms: {args.after_ms:g}, max_percent: {args.max_percent:g}}}\n"
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,32 +208,8 @@ def main() -> None:
         "serverless_p95_s": sl_p95,
         "target_s": target,
         "args": {k: str(v) for k, v in vars(args).items()},
-        "runs": [],
+        "runs": [_print_run(run) for run in runs],
     }
-    for run in runs:
-        hedged = run.outcomes.get("hedged_ok", 0)
-        share = hedged / max(1, len(run.ttft_s))
-        dup_share = run.duplicate_tokens_in / max(1.0, run.tokens_in)
-        print(
-            f"{run.name:<10}{percentile(run.ttft_s, 50) * 1000:>8.0f}{percentile(run.ttft_s, 95) * 1000:>8.0f}"
-            f"{percentile(run.ttft_s, 99) * 1000:>8.0f}{max(run.ttft_s) * 1000:>8.0f}{share:>8.1%}"
-            f"{run.winners.get('serverless', 0):>10}{dup_share:>11.1%}{run.cancelled:>10}{run.stalls:>7}{run.failed:>7}"
-        )
-        report["runs"].append(
-            {
-                "name": run.name,
-                "ttft_p50_s": percentile(run.ttft_s, 50),
-                "ttft_p95_s": percentile(run.ttft_s, 95),
-                "ttft_p99_s": percentile(run.ttft_s, 99),
-                "ttft_max_s": max(run.ttft_s),
-                "hedged_share": share,
-                "winners": dict(run.winners),
-                "duplicate_tokens_in_share": dup_share,
-                "cancelled_at_dedicated": run.cancelled,
-                "stalls": run.stalls,
-                "failed": run.failed,
-            }
-        )
     hedged = runs[1]
     met = (
         percentile(hedged.ttft_s, 99) < target
@@ -254,6 +220,45 @@ def main() -> None:
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "hedge.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--rate", type=float, default=10.0, help="arrivals per second")
+    parser.add_argument("--after-ms", type=float, default=500.0)
+    parser.add_argument("--max-percent", type=float, default=20.0)
+    parser.add_argument("--stall-rate", type=float, default=0.1)
+    parser.add_argument("--stall-s", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    return parser.parse_args()
+
+
+def _print_run(run: Run) -> dict[str, object]:
+    """One run's row of the table; its figures for hedge.json."""
+    hedged = run.outcomes.get("hedged_ok", 0)
+    share = hedged / max(1, len(run.ttft_s))
+    dup_share = run.duplicate_tokens_in / max(1.0, run.tokens_in)
+    print(
+        f"{run.name:<10}{percentile(run.ttft_s, 50) * 1000:>8.0f}{percentile(run.ttft_s, 95) * 1000:>8.0f}"
+        f"{percentile(run.ttft_s, 99) * 1000:>8.0f}{max(run.ttft_s) * 1000:>8.0f}{share:>8.1%}"
+        f"{run.winners.get('serverless', 0):>10}{dup_share:>11.1%}{run.cancelled:>10}{run.stalls:>7}{run.failed:>7}"
+    )
+    return {
+        "name": run.name,
+        "ttft_p50_s": percentile(run.ttft_s, 50),
+        "ttft_p95_s": percentile(run.ttft_s, 95),
+        "ttft_p99_s": percentile(run.ttft_s, 99),
+        "ttft_max_s": max(run.ttft_s),
+        "hedged_share": share,
+        "winners": dict(run.winners),
+        "duplicate_tokens_in_share": dup_share,
+        "cancelled_at_dedicated": run.cancelled,
+        "stalls": run.stalls,
+        "failed": run.failed,
+    }
 
 
 if __name__ == "__main__":

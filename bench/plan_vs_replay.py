@@ -46,7 +46,7 @@ from router.offline.timelapse import scale_config
 from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "traces"
+TRACES = ROOT / "tests" / "data" / "traces"  # the Azure LLM inference traces (2023), in full
 SLICES = {  # name -> (trace file, start minute); the two held-out slices
     "code": ("AzureLLMInferenceTrace_code.csv", 0.0),
     "conv": ("AzureLLMInferenceTrace_conv.csv", 31.0),
@@ -66,15 +66,15 @@ class Comparison:
 
     @property
     def attainment_points(self) -> float:
-        return 100 * (self.predicted["slo_attainment"] - self.measured["slo_attainment"])
+        return 100 * (float(self.predicted["slo_attainment"]) - float(self.measured["slo_attainment"]))
 
     @property
     def cost_ratio(self) -> float:
-        return self.predicted["cost_usd"] / self.measured["cost_usd"] - 1
+        return float(self.predicted["cost_usd"]) / float(self.measured["cost_usd"]) - 1
 
     @property
     def p95_ratio(self) -> float:
-        return self.predicted["ttft_ms"]["p95"] / self.measured["ttft_ms"]["p95"] - 1
+        return float(self.predicted["ttft_ms"]["p95"]) / float(self.measured["ttft_ms"]["p95"]) - 1
 
 
 def gateway_config(plan: Plan, dedicated_urls: Sequence[str], serverless_url: str) -> str:
@@ -236,8 +236,8 @@ def parse_plan(label: str) -> Plan:
     parts = [float(x) for x in label.split(":")]
     if len(parts) == 1:
         return Plan(int(parts[0]), keep_warm_s=keep_warm_s)
-    replicas, concurrency, queue, canary = ([*parts, 0.0, 100.0])[:4] if len(parts) == 2 else parts
-    return Plan(int(replicas), int(concurrency), queue, canary, keep_warm_s=keep_warm_s)
+    count, concurrency, queue, canary = ([*parts, 0.0, 100.0])[:4] if len(parts) == 2 else parts
+    return Plan(int(count), int(concurrency), queue, canary, keep_warm_s=keep_warm_s)
 
 
 DEFAULT_PLANS = ("0", "1:16:0:100", "1:64:0:100", "1:32:1000:100")
@@ -262,7 +262,7 @@ def main() -> None:
     parser.add_argument("--plans", nargs="+", default=list(DEFAULT_PLANS), help="0 or R:C:Q:P")
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--speed", type=float, default=4.0)
-    parser.add_argument("--traces", type=Path, default=SHARED, help="directory with the Azure traces")
+    parser.add_argument("--traces", type=Path, default=TRACES, help="directory with the Azure traces")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-replay-"))

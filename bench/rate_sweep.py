@@ -19,10 +19,11 @@ import math
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.progress import Progress
 
-from bench.plan_vs_replay import SHARED, SLICES
+from bench.plan_vs_replay import SLICES, TRACES
 from router.economics.cost import break_even_utilization, token_cost_usd
 from router.offline.calibration import DEDICATED, SERVERLESS
 from router.offline.planner.model import Plan, System
@@ -33,7 +34,7 @@ MINUTES = 20.0
 TARGET = 0.95
 
 
-def kind(result: dict) -> str:
+def kind(result: dict[str, Any]) -> str:
     if result["settings"]["replicas"] == 0:
         return "all-serverless"
     return "all-dedicated" if result["spill_share"] < 0.01 else "hybrid"
@@ -45,7 +46,7 @@ def main() -> None:
     )
     parser.add_argument("--rates", type=float, nargs="+", default=[1, 2, 5, 10, 20, 50, 100])
     parser.add_argument("--slice", nargs="+", choices=sorted(SLICES), default=sorted(SLICES))
-    parser.add_argument("--traces", type=Path, default=SHARED)
+    parser.add_argument("--traces", type=Path, default=TRACES)
     args = parser.parse_args()
     d, s = DEDICATED["deepseek-r1-h200"], SERVERLESS["deepseek-serverless"]
     system = System(d, s)

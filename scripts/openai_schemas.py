@@ -2,7 +2,7 @@
 with every schema they reference, into tests/data/openai_schemas.json (small, in the repo,
 so a clean clone needs nothing outside it).
 
-    .venv/bin/python scripts/openai_schemas.py ../shared/data/openai/openapi.yaml
+    .venv/bin/python scripts/openai_schemas.py PATH/TO/openapi.yaml   (OpenAI's published spec)
 """
 
 from __future__ import annotations
@@ -112,4 +112,6 @@ def main(spec_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "../shared/data/openai/openapi.yaml")
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: scripts/openai_schemas.py PATH/TO/openapi.yaml (OpenAI's published spec)")
+    main(sys.argv[1])

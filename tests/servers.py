@@ -50,7 +50,7 @@ class ThreadServer:
         proxies = config.server.forwarded_allow_ips if config is not None else ()
         served = Served(app, self.sock, limits=limits, forwarded_allow_ips=proxies)
         self.server = uvicorn.Server(server_config(served, loop="asyncio"))
-        self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+        self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -252,7 +252,7 @@ class RedisClusterServers:
         slot = redis.Redis(port=self.nodes[0].port).cluster("keyslot", key)
         for start, end, (_host, port, *_rest), *_replicas in redis.Redis(
             port=self.nodes[0].port
-        ).execute_command("CLUSTER SLOTS"):
+        ).execute_command("CLUSTER SLOTS"):  # type: ignore[no-untyped-call]
             if start <= slot <= end:
                 return int(port)
         raise AssertionError(f"no node serves slot {slot}")

@@ -1,6 +1,6 @@
 """The cost model: what a route costs and what one successful task costs on it.
 
-The field notes' metric (../shared/seeds/002_*.txt, DESIGN.md): **cost per successful task**.
+The field notes' metric (docs/architecture.md): **cost per successful task**.
 Dedicated capacity is paid by provisioned time, busy or idle: gpus x $/GPU-hour x hours x
 replicas. Serverless is paid per token. Everything here is plain arithmetic on figures the
 store recorded, so the report, the tests and the docs use the same formulas.

@@ -1,5 +1,5 @@
 """A model's traffic shape over a window: what the field notes say to measure before choosing
-dedicated, serverless or both (../shared/seeds/002_*.txt).
+dedicated, serverless or both (docs/economics.md).
 
 Everything is computed from the shared per-slice counters (router/state/latency.py), so it
 covers every replica. Concurrency is the mean number of requests in flight within a slice

@@ -1,4 +1,4 @@
-"""The field notes' TTFT consistency benchmark (../shared/seeds/000_*.txt), as statistics.
+"""The field notes' TTFT consistency benchmark (docs/probe.md), as statistics.
 
 The method, in our words: call each endpoint directly, one request at a time, with the same
 prompt at temperature 0, at least 75 times; throw the first few away (connection set-up,

@@ -2,7 +2,7 @@
 
 One `httpx.AsyncClient` per endpoint, keep-alive pooled. The transport is a seam
 (`TransportFactory`): the default is `httpx-aiohttp`, whose CPU cost per request is a
-fraction of httpx's own transport (DESIGN.md, performance facts); tests may pass any
+fraction of httpx's own transport (docs/benchmarks.md); tests may pass any
 `httpx.AsyncBaseTransport`.
 """
 

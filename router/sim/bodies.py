@@ -1,6 +1,6 @@
 """OpenAI-shaped response bodies and stream events the simulator sends, for the choices
 router/sim/answers.py planned. Shapes follow the OpenAI API spec (tests validate them
-against ../shared/data/openai/openapi.yaml)."""
+against its schemas, tests/data/openai_schemas.json)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ every sequence slows down; `max_concurrency` sequences fit at once and the rest 
 These are order-of-magnitude figures, not a measurement of any particular deployment:
 replace them with your own (`vllm bench serve` against your endpoint gives all three).
 
-Serverless presets reproduce the TTFT tables of the field notes (DESIGN.md, seed 000):
+Serverless presets reproduce the TTFT tables of the field notes (docs/simulator.md):
 a log-normal body around the measured p50, a "slow tail" component that moves p95, and rare
 cold loads of 10-90 s (the seed's stated model load times). The p50 and p95 of each preset
 match the table within ~10% (tests/router/test_sim.py samples them); the CV is lower than

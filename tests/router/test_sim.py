@@ -10,7 +10,7 @@ import pytest
 from router.sim.engine import Engine
 from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
-SEED_TABLE = {  # DESIGN.md, seed 000: p50 / p95 TTFT in seconds
+SEED_TABLE = {  # the field notes' table (docs/simulator.md): p50 / p95 TTFT in seconds
     "deepseek-a": (0.39, 0.57),
     "deepseek-b": (0.55, 6.30),
     "deepseek-c": (0.73, 6.91),

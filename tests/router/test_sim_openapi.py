@@ -1,5 +1,5 @@
 """Every answer the simulator gives, and the gateway relays, is valid against the OpenAI API
-spec (tests/data/openai_schemas.json, extracted from ../shared/data/openai/openapi.yaml by
+spec (tests/data/openai_schemas.json, extracted from OpenAI's published openapi.yaml by
 scripts/openai_schemas.py): chat, completions, embeddings, responses and models, stream and
 non-stream, with n, logprobs, tools, response_format and stop. In-process: the simulator's
 app behind httpx.ASGITransport, and the gateway in front of it the same way."""

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.asyncio import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
 from router.state.redis.address import RedisAddress
-from router.state.redis.line import Command, RedisLine, as_redis_error, deliver, fail
+from router.state.redis.line import Command, LineFactory, RedisLine, as_redis_error, deliver, fail
 from router.state.redis.scripts import Script
 
 MAX_BATCH = 256  # commands per round trip; a larger backlog leaves in the next one
@@ -39,11 +39,15 @@ TIMEOUT_S = 1.0  # a reply later than this cuts the line (router/state/redis/lin
 
 
 class Batcher:
+    line_factory: ClassVar[LineFactory] = RedisLine
+    """How a single Redis is spoken to. Our own line; bench/redis_clients.py puts a maintained
+    client's pipeline here to compare their cost per request (docs/benchmarks.md)."""
+
     def __init__(self, target: RedisAddress | RedisCluster, timeout_s: float = TIMEOUT_S) -> None:
         """`target`: a single Redis (its own line, cut after `timeout_s` without a reply) or a
         cluster client (redis-py, with its own socket timeouts)."""
         self._cluster = target if isinstance(target, RedisCluster) else None
-        self._line = RedisLine(target, timeout_s) if isinstance(target, RedisAddress) else None
+        self._line = Batcher.line_factory(target, timeout_s) if isinstance(target, RedisAddress) else None
         self._waiting: list[tuple[Command, asyncio.Future[Any]]] = []
         self._scheduled = False
         self._linger: asyncio.TimerHandle | None = None

@@ -26,8 +26,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import hiredis
 from redis.exceptions import AuthenticationError, NoScriptError, RedisError, ResponseError
@@ -38,6 +38,18 @@ from router.state.redis.address import RedisAddress
 
 Command = tuple[Any, ...]  # ("ZREM", key, member, ...)
 log = logging.getLogger("tidegate.state")
+
+
+class Line(Protocol):
+    """What the Batcher sends a batch down: each command's raw RESP2 reply (an exception
+    instance: its error, as a redis-py RedisError) lands in its future."""
+
+    def send(self, commands: list[Command], replies: list[asyncio.Future[Any]]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+LineFactory = Callable[[RedisAddress, float], Line]  # (address, reply timeout in s)
 
 
 def _reply_error(message: str) -> ResponseError:
