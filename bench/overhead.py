@@ -193,8 +193,9 @@ def start_gateway(
 
 async def measure(up: int, gateways: list[Gateway], args: argparse.Namespace) -> Rows:
     """Each row's variants run in `--rounds` interleaved rounds (direct, then each gateway, then
-    again), so a slow spell of a noisy machine falls on every variant alike; a row reports
-    the median CPU per request over its rounds and the latencies of all rounds pooled."""
+    again, every other round in reverse order), so a slow spell of a noisy machine falls on
+    every variant alike; a row reports the median CPU per request over its rounds and the
+    latencies of all rounds pooled."""
     rows: Rows = {}
     summaries.print_header()
     for stream in (False, True):
@@ -203,10 +204,10 @@ async def measure(up: int, gateways: list[Gateway], args: argparse.Namespace) ->
             directs: list[Run] = []
             runs: dict[str, list[Run]] = {gw.variant.name: [] for gw in gateways}
             cpus: dict[str, list[float]] = {gw.variant.name: [] for gw in gateways}
-            for _ in range(args.rounds):
+            for round_ in range(args.rounds):
                 direct_url = f"http://127.0.0.1:{up}/{path}/v1/chat/completions"
                 directs.append(await load(direct_url, "bench", stream, conc, args.seconds))
-                for gw in gateways:
+                for gw in gateways if round_ % 2 == 0 else gateways[::-1]:  # no variant always first
                     before = cpu_seconds(gw.pid)
                     url = f"http://127.0.0.1:{gw.port}/v1/chat/completions"
                     via = await load(url, path, stream, conc, args.seconds)

@@ -1,7 +1,7 @@
 """The vocabulary policies decide in: endpoint kinds, route names, windowed latency figures,
 the snapshot of shared state, and the little a policy may know of an endpoint. It lives here
 so that `policies` imports nothing from the gateway: `router` builds these values and imports
-them from here, never the reverse (tests/router/test_layers.py holds that rule)."""
+them from here, never the reverse (an import-linter contract in pyproject.toml holds that rule)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ class ThreadServer:
     """An ASGI app served by uvicorn (httptools) in a thread with its own event loop."""
 
     def __init__(self, app: ASGIApp, limits: LimitsConfig | None = None) -> None:
-        """Served as `tidegate serve` serves (router/serving.py), with the app's own limits
+        """Served as `tidegate serve` serves (router/cli/serving.py), with the app's own limits
         (or `limits`), on the asyncio loop."""
         self.sock = bind("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]

@@ -76,6 +76,6 @@ def _check_config(args: argparse.Namespace) -> int:
         routes = ", ".join(f"{e.name} ({e.kind})" for e in model.endpoints)
         print(f"model {name}: policy {model.policy}, canary {model.canary_percent:g}%, {routes}")
     worst = config.limits.worst_case_bytes() / (1 << 20)
-    print(f"limits: clients can make one process hold at most {worst:,.0f} MiB (README: Security and limits)")
+    print(f"limits: clients can make one process hold at most {worst:,.0f} MiB (docs/security.md)")
     print(f"{args.file}: OK")
     return 0

@@ -66,8 +66,8 @@ class AuthConfig(Frozen):
 
 
 class LimitsConfig(Frozen):
-    """Every resource a client or an upstream can grow, bounded per process. README,
-    "Security and limits", says what the client gets when each is hit."""
+    """Every resource a client or an upstream can grow, bounded per process.
+    docs/security.md says what the client gets when each is hit."""
 
     max_body_bytes: Annotated[int, Field(gt=0)] = 4 * 1024 * 1024  # proxied /v1 paths: 413 above
     # the admin API, feedback and every other path: 413 above (checked before auth)

@@ -11,7 +11,7 @@ each command-line flag overrides its own figure.
 - ~80 ms fixed time to first token (scheduling, sampling, detokenisation);
 - $4.41 per GPU-hour, 8 GPUs: $35.28 per node-hour.
 The figures are fitted to GPUStack's published DeepSeek-R1 on H200 throughput runs and the vLLM
-DeepSeek recipes (sources in README.md, "Planning capacity").
+DeepSeek recipes (sources in docs/replay-and-plan.md).
 
 `deepseek-serverless` is a pay-per-token DeepSeek endpoint at $0.55 / $2.19 per million input /
 output tokens (DeepSeek's list price) with the field notes' warm TTFT (seed 000, provider A:

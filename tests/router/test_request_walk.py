@@ -1,7 +1,7 @@
 """The fast tier: a request's walk over its targets, in-process (tests/router/asgi.py). Each
 row is what the upstreams answer, and what the client and the record must then say: the
-route, reason, outcome and attempt count of README's "Retries and failover" and "Routing",
-and the error rows of its errors table. Every row also checks that no slot is left held."""
+route, reason, outcome and attempt count of docs/routing.md and docs/api.md
+(retries and failover), and the error rows of the errors table. Every row also checks that no slot is left held."""
 
 from __future__ import annotations
 
