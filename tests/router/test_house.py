@@ -4,6 +4,7 @@ the gateway, the policies and the benchmarks, and no code cites a file outside t
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,40 @@ def test_module_and_function_sizes(path: Path) -> None:
     assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
+def _texts() -> list[Path]:
+    """Every file a reader of the repository reads: code, tests, docs, config and packaging."""
+    found = [
+        *SOURCES,
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "scripts").iterdir(),
+    ]
+    found += [*(ROOT / "examples").iterdir(), *(p for p in (ROOT / "helm").rglob("*") if p.is_file())]
+    found += [ROOT / name for name in ("README.md", "pyproject.toml", "Dockerfile", "Makefile", "mkdocs.yml")]
+    return [p for p in found if p.is_file() and p != Path(__file__) and "__pycache__" not in p.parts]
+
+
 def test_no_reference_to_files_outside_the_repository() -> None:
     """The design lives in docs/architecture.md; nothing points at the team's shared notes."""
     citing = [
         str(p.relative_to(ROOT))
-        for p in [*SOURCES, *(ROOT / "tests").rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
-        if p != Path(__file__) and ("DESIGN.md" in p.read_text() or "../shared/" in p.read_text())
+        for p in _texts()
+        if "DESIGN.md" in (text := p.read_text()) or "../shared/" in text
     ]
-    citing += [str(p.relative_to(ROOT)) for p in (ROOT / "examples").iterdir() if "DESIGN.md" in p.read_text()]
     assert not citing, f"cite docs/architecture.md instead: {citing}"
+
+
+_PATH = re.compile(
+    r"\b((?:router|policies|bench|tests|scripts|examples|docs)/[\w/.-]*\w\.(?:py|md|yaml|mjs|json|csv))\b"
+)
+
+
+def test_every_path_the_repository_names_exists() -> None:
+    """A comment or a page that names a module names one that is there (moves leave none stale)."""
+    stale = sorted(
+        f"{p.relative_to(ROOT)}: {name}"
+        for p in _texts()
+        for name in set(_PATH.findall(p.read_text()))
+        if not any((base / name).exists() for base in (ROOT, ROOT / "docs", ROOT / "helm", p.parent))
+    )
+    assert not stale, stale
