@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -68,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
         weights = synth.envelope(args.envelope)
         source = load(args.source, args.format)
         volume = _volume(args, source)
+        first_hour = start.weekday() * 24 + start.hour
+        hours = synth.synthesize(
+            source, weights, volume, days=args.days, first_hour_of_week=first_hour, seed=args.seed
+        )
     except (ValueError, OSError) as exc:
         print(f"tidegate trace synth: {exc}", file=sys.stderr)
         return 2
-    first_hour = start.weekday() * 24 + start.hour
-    hours = synth.synthesize(
-        source, weights, volume, days=args.days, first_hour_of_week=first_hour, seed=args.seed
-    )
     written = _write(args.out, start.replace(minute=0, second=0, microsecond=0), hours, args.days, console)
     _summary(written, args, volume, console)
     return 0
@@ -92,11 +92,10 @@ def _volume(args: argparse.Namespace, source: Sequence[Arrival]) -> synth.Volume
 
 
 def _write(
-    out: Path, start: datetime, hours: Any, days: float, console: Console
-) -> list[tuple[int, int, float]]:
-    """Write every hour's rows; (requests, tokens, weight) of each hour."""
-    written: list[tuple[int, int, float]] = []
-    total_hours = int(-(-days * 24 // 1))
+    out: Path, start: datetime, hours: Iterator[list[Arrival]], days: float, console: Console
+) -> list[tuple[int, int]]:
+    """Write every hour's rows; (requests, tokens) of each hour."""
+    written: list[tuple[int, int]] = []
     with (
         out.open("w", encoding="utf-8", newline="") as f,
         Progress(
@@ -107,26 +106,25 @@ def _write(
             transient=True,
         ) as progress,
     ):
-        task = progress.add_task("hours", total=total_hours)
+        task = progress.add_task("hours", total=synth.hour_count(days))
         writer = csv.writer(f)
         writer.writerow(("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
         for hour in hours:
-            for a in hour.arrivals:
+            for a in hour:
                 at = start + timedelta(seconds=a.at_s)
                 writer.writerow((at.strftime("%Y-%m-%d %H:%M:%S.%f"), a.input_tokens, a.output_tokens))
-            tokens = sum(a.input_tokens + a.output_tokens for a in hour.arrivals)
-            written.append((len(hour.arrivals), tokens, hour.weight))
+            written.append((len(hour), sum(a.input_tokens + a.output_tokens for a in hour)))
             progress.advance(task)
     return written
 
 
 def _summary(
-    written: list[tuple[int, int, float]], args: argparse.Namespace, volume: synth.Volume, console: Console
+    written: list[tuple[int, int]], args: argparse.Namespace, volume: synth.Volume, console: Console
 ) -> None:
-    requests = sum(r for r, _, _ in written)
-    tokens = sum(t for _, t, _ in written)
+    requests = sum(r for r, _ in written)
+    tokens = sum(t for _, t in written)
     busiest = max(range(len(written)), key=lambda h: written[h][0])
-    idle = sum(1 for r, _, _ in written if r == 0)
+    idle = sum(1 for r, _ in written if r == 0)
     print(
         f"wrote {requests:,} requests over {args.days:g} days to {args.out}: "
         f"{requests / args.days:,.0f} requests and {tokens / args.days:,.0f} tokens a day "

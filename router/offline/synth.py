@@ -116,12 +116,9 @@ class Volume:
         return Volume(tokens_per_day / mean_tokens)
 
 
-@dataclass(frozen=True, slots=True)
-class Hour:
-    index: int  # hours since the start
-    weight: float
-    expected: float  # requests this hour is scaled to, on average
-    arrivals: list[Arrival]  # times from the start of the synthesized trace
+def hour_count(days: float) -> int:
+    """How many hours `days` of trace take: a part hour counts whole."""
+    return math.ceil(days * 24)
 
 
 def synthesize(
@@ -132,36 +129,43 @@ def synthesize(
     days: float = 7.0,
     first_hour_of_week: int = 0,
     seed: int = 0,
-) -> Iterator[Hour]:
-    """The synthesized trace an hour at a time (a week at a busy rate does not fit in memory
-    as one list). `first_hour_of_week`: where in the week the trace starts (0: Monday 00:00)."""
+) -> Iterator[list[Arrival]]:
+    """The synthesized trace an hour at a time, each hour's rows timed from the start (a week
+    at a busy rate does not fit in memory as one list). `first_hour_of_week`: where in the week
+    the trace starts (0: Monday 00:00). What cannot be synthesized is refused here, at the call,
+    before any hour is made."""
     if not source:
         raise ValueError("the source trace has no rows")
     if days <= 0 or volume.requests_per_day <= 0:
         raise ValueError("days and the volume must be > 0")
-    hours = math.ceil(days * 24)
+    hours = hour_count(days)
     mean_weight = sum(weights[(first_hour_of_week + h) % WEEK_HOURS] for h in range(hours)) / hours
     if mean_weight <= 0:
         raise ValueError("the envelope is 0 over the whole span")
+    shares = [weights[(first_hour_of_week + h) % WEEK_HOURS] / mean_weight for h in range(hours)]
+    return _hours(source, shares, volume, seed)
+
+
+def _hours(
+    source: Sequence[Arrival], shares: list[float], volume: Volume, seed: int
+) -> Iterator[list[Arrival]]:
+    """Hour h: `shares[h]` (its weight over the mean weight) of a day's volume / 24."""
     period = max(60.0, math.ceil(source[-1].at_s / 60) * 60)
     times = [a.at_s for a in source]
     windows: dict[float, list[Arrival]] = {}  # by where in the loop an hour starts: at most 60
-    for h in range(hours):
-        weight = weights[(first_hour_of_week + h) % WEEK_HOURS]
-        expected = volume.requests_per_day / 24 * weight / mean_weight
+    for h, share in enumerate(shares):
         phase = (h * HOUR_S) % period
-        if weight > 0 and phase not in windows:
+        if share > 0 and phase not in windows:
             windows[phase] = _looped(source, times, period, phase)
         window = windows.get(phase, [])
-        arrivals: list[Arrival] = []
-        if weight > 0 and window:
-            scaled = scale_rate(window, expected / len(window), seed=seed * 1_000_003 + h)
-            arrivals = [
-                Arrival(h * HOUR_S + a.at_s, a.input_tokens, a.output_tokens)
-                for a in scaled
-                if a.at_s < HOUR_S
-            ]
-        yield Hour(h, weight, expected, arrivals)
+        if share == 0 or not window:
+            yield []
+            continue
+        expected = volume.requests_per_day / 24 * share
+        scaled = scale_rate(window, expected / len(window), seed=seed * 1_000_003 + h)
+        yield [
+            Arrival(h * HOUR_S + a.at_s, a.input_tokens, a.output_tokens) for a in scaled if a.at_s < HOUR_S
+        ]
 
 
 def _looped(source: Sequence[Arrival], times: Sequence[float], period: float, start: float) -> list[Arrival]:

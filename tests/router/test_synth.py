@@ -31,7 +31,7 @@ def code() -> list[Arrival]:
 
 
 def week(source: list[Arrival], name: str, per_day: float, seed: int = 0) -> list[list[Arrival]]:
-    return [h.arrivals for h in synthesize(source, envelope(name), Volume(per_day), days=7, seed=seed)]
+    return list(synthesize(source, envelope(name), Volume(per_day), days=7, seed=seed))
 
 
 @pytest.mark.parametrize("name", sorted(ENVELOPES))
@@ -54,7 +54,7 @@ def test_each_hour_follows_its_weight(code):
 def test_a_zero_weight_hour_is_idle_and_the_rest_keep_the_volume(code, tmp_path):
     daily = tmp_path / "day.csv"
     daily.write_text("hour,weight\n" + "".join(f"{h},{1 if h in (9, 10) else 0}\n" for h in range(24)))
-    hours = [h.arrivals for h in synthesize(code, envelope(str(daily)), Volume(1_000), days=2)]
+    hours = list(synthesize(code, envelope(str(daily)), Volume(1_000), days=2))
     assert [bool(h) for h in hours] == [h % 24 in (9, 10) for h in range(48)]
     assert sum(map(len, hours)) == pytest.approx(2_000, rel=0.05)
 
@@ -71,7 +71,7 @@ def test_an_hour_at_the_sources_rate_keeps_its_idle_minutes_and_bursts(code):
     """Scaled to the source's own hourly rate, an hour is the source's hour: the same busy and
     idle minutes (the source loops end to end every span of it, whole minutes)."""
     per_hour = len(code) * 3600 / (60 * 58)  # the trace spans 57.3 minutes: 58 whole ones
-    first = next(synthesize(code, envelope("flat"), Volume(per_hour * 24), days=1 / 24)).arrivals
+    first = next(synthesize(code, envelope("flat"), Volume(per_hour * 24), days=1 / 24))
     minutes = Counter(int(a.at_s // 60) for a in first)
     source = Counter(int(a.at_s // 60) for a in code)
     idle_source = {m for m in range(58) if source[m] == 0}
@@ -83,8 +83,7 @@ def test_an_hour_at_the_sources_rate_keeps_its_idle_minutes_and_bursts(code):
 
 def test_the_same_seed_gives_the_same_week_and_another_seed_another(code):
     def two_days(seed: int) -> list[list[Arrival]]:
-        found = synthesize(code, envelope("office-hours"), Volume(3_000), days=2, seed=seed)
-        return [h.arrivals for h in found]
+        return list(synthesize(code, envelope("office-hours"), Volume(3_000), days=2, seed=seed))
 
     one, again, other = two_days(1), two_days(1), two_days(2)
     assert one == again
@@ -155,3 +154,15 @@ def test_a_missing_source_is_a_clear_error(tmp_path, capsys):
     args = ["trace", "synth", "--from", str(tmp_path / "none.csv"), "--requests-per-day", "5"]
     assert main([*args, "--out", str(tmp_path / "x.csv")]) == 2
     assert "none.csv" in capsys.readouterr().err
+
+
+def test_an_envelope_that_is_idle_over_the_whole_span_is_refused_before_writing(tmp_path, capsys):
+    """Nothing to scale the volume to: a clear error and exit 2, not a traceback half-way
+    through the file."""
+    daily = tmp_path / "nine-to-eleven.csv"
+    daily.write_text("".join(f"{1 if h in (9, 10) else 0}\n" for h in range(24)))
+    out = tmp_path / "x.csv"
+    args = ["trace", "synth", "--from", str(CODE), "--envelope", str(daily), "--requests-per-day", "5"]
+    assert main([*args, "--days", "0.25", "--out", str(out)]) == 2
+    assert "the envelope is 0 over the whole span" in capsys.readouterr().err
+    assert not out.exists()
