@@ -217,11 +217,11 @@ async def measure(up: int, gateways: list[Gateway], args: argparse.Namespace) ->
             summaries.print_row(path, conc, "direct", direct, "")
             for gw in gateways:
                 name = gw.variant.name
-                rows[(path, conc, name)] = _row(pooled(runs[name]), direct, statistics.median(cpus[name]))
-                row = rows[(path, conc, name)]
-                added_p99 = pct(pooled(runs[name]).ttfts, 0.99) - pct(direct.ttfts, 0.99)
+                via = pooled(runs[name])
+                row = rows[(path, conc, name)] = _row(via, direct, statistics.median(cpus[name]))
+                added_p99 = pct(via.ttfts, 0.99) - pct(direct.ttfts, 0.99)
                 extra = f"{row.cpu_ms:>10.3f} {row.added_p50:>12.3f}ms {added_p99:>6.2f}ms"
-                summaries.print_row(path, conc, name, pooled(runs[name]), extra)
+                summaries.print_row(path, conc, name, via, extra)
     return rows
 
 

@@ -15,13 +15,13 @@ import argparse
 import asyncio
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from bench.loadgen import free_port
 from policies.types import Snapshot, route_key
 from router.config import parse_config
 from router.economics.report import economics_report
@@ -38,12 +38,6 @@ models:
       - {name: sl1, base_url: "http://s1/v1", model: s, usd_per_mtok_in: 0.55, usd_per_mtok_out: 2.19}
       - {name: sl2, base_url: "http://s2/v1", model: s, usd_per_mtok_in: 0.6, usd_per_mtok_out: 2.4}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def fill(store: RedisStore, requests: int, hours: float) -> None:

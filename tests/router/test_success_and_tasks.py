@@ -13,6 +13,7 @@ import pytest
 
 from policies.types import route_key
 from tests.router.asgi import (
+    Gateway,
     MockUpstreams,
     _event,
     answers,
@@ -190,16 +191,22 @@ async def test_a_task_moves_to_the_route_that_served_its_last_request():
     assert counts["ded"]["wasted_busy_ms"] > 0 and counts["ded"]["failed_attempts"] == 1
 
 
+async def a_request_and_a_task(gw: Gateway) -> httpx.Response:
+    """One request on its own and one of task `job-1`, both settled; the lone one's answer."""
+    lone = await gw.chat()
+    await gw.client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"x-tidegate-task-id": "job-1"},
+    )
+    await gw.app.state.ledger.drained()
+    return lone
+
+
 async def test_feedback_marks_a_request_and_a_task_failed_once():
     upstreams = MockUpstreams({"sl1": answers(chat_reply())})
     async with asgi_gateway(model_yaml(dedicated=(), serverless=("sl1",)), upstreams) as gw:
-        lone = await gw.chat()
-        await gw.client.post(
-            "/v1/chat/completions",
-            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-            headers={"x-tidegate-task-id": "job-1"},
-        )
-        await gw.app.state.ledger.drained()
+        lone = await a_request_and_a_task(gw)
         by_request = await gw.client.post(
             "/v1/feedback",
             json={"request_id": lone.headers["x-tidegate-request-id"], "success": False, "reason": "bad"},
@@ -284,13 +291,7 @@ async def test_only_the_key_that_made_a_request_or_task_can_judge_it():
     upstreams = MockUpstreams({"sl1": answers(chat_reply())})
     other = {"authorization": "Bearer key2"}
     async with asgi_gateway(two_keys_yaml(), upstreams) as gw:
-        lone = await gw.chat()
-        await gw.client.post(
-            "/v1/chat/completions",
-            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-            headers={"x-tidegate-task-id": "job-1"},
-        )
-        await gw.app.state.ledger.drained()
+        lone = await a_request_and_a_task(gw)
         request_id = lone.headers["x-tidegate-request-id"]
         stolen = await gw.client.post(
             "/v1/feedback", json={"request_id": request_id, "success": False}, headers=other
