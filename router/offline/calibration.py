@@ -16,12 +16,23 @@ DeepSeek recipes (sources in docs/replay-and-plan.md).
 `deepseek-serverless` is a pay-per-token DeepSeek endpoint at $0.55 / $2.19 per million input /
 output tokens (DeepSeek's list price) with the field notes' warm TTFT (seed 000, provider A:
 p50 0.39 s) and scale-to-zero after 60 s idle with a 10-30 s cold load.
+
+That pair is the regime where serverless wins (a full node costs more per token than the API).
+The open-weight pairs are the regime tidegate exists for, where a reserved GPU that is busy
+enough is cheaper per token than the same model's API:
+- `llama-8b-h100`: Llama 3.1 8B (BF16) on one H100 SXM with vLLM, paired with
+  `llama-8b-together` ($0.18 / $0.18 per M tokens) and `llama-8b-wandb` ($0.22 / $0.22);
+- `llama-70b-fp8-2xh100`: Llama 3.1/3.3 70B in FP8 on two H100 SXM (TP 2), paired with
+  `llama-70b-together` ($0.88 / $0.88) and `llama-70b-wandb` ($0.80 / $0.80).
+docs/economics.md cites every figure and shows the arithmetic of those derived from a
+datasheet (decode steps from weight bytes over memory bandwidth, prefill from FLOPs).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -60,6 +71,26 @@ SERVERLESS_PRESETS = MappingProxyType(
 )
 
 
+@dataclass(slots=True)
+class ColdLoad:
+    """A scale-to-zero route's warm state. After `idle_to_cold_s` without a request, the next
+    one starts a cold load, and every request that arrives before the load ends waits for it:
+    a provider loads the model once, not once per request. The model (planner) and the
+    simulator both keep one, so a plan and a replay charge a burst after an idle gap alike."""
+
+    last_seen: float = 0.0
+    ready_at: float = 0.0
+    loads: int = 0
+
+    def wait_s(self, now: float, idle_to_cold_s: float, load_s: Callable[[], float]) -> float:
+        """The time a request arriving `now` waits for the model to be loaded."""
+        if idle_to_cold_s > 0 and now - self.last_seen > idle_to_cold_s and now >= self.ready_at:
+            self.ready_at = now + load_s()
+            self.loads += 1
+        self.last_seen = now
+        return max(0.0, self.ready_at - now)
+
+
 @dataclass(frozen=True, slots=True)
 class DedicatedCalibration:
     prefill_tokens_per_s: float
@@ -74,6 +105,19 @@ class DedicatedCalibration:
     @property
     def usd_per_hour(self) -> float:
         return self.gpus * self.gpu_hour_usd
+
+    @property
+    def decode_capacity_tokens_per_s(self) -> float:
+        """What a replica decodes per second with its engine full (the step formula, capped)."""
+        full = self.max_num_seqs / (self.itl_s + self.itl_per_seq_s * self.max_num_seqs)
+        return min(full, self.decode_tokens_per_s)
+
+    def tasks_per_hour(self, mean_in: float, mean_out: float) -> float:
+        """Tasks of this mean size a replica can take an hour: the tighter of its prefill and
+        its decode (the model runs them side by side, router/offline/planner/model.py)."""
+        prefill = self.prefill_tokens_per_s / max(mean_in, 1.0)
+        decode = self.decode_capacity_tokens_per_s / max(mean_out, 1.0)
+        return min(prefill, decode) * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +141,42 @@ DEDICATED = MappingProxyType(
             gpus=8,
             gpu_hour_usd=4.41,
         ),
+        "llama-8b-h100": DedicatedCalibration(
+            prefill_tokens_per_s=25_000.0,
+            itl_s=0.0062,
+            itl_per_seq_s=0.00008,
+            decode_tokens_per_s=12_500.0,
+            overhead_s=0.050,
+            max_num_seqs=256,
+            gpus=1,
+            gpu_hour_usd=4.41,
+        ),
+        "llama-70b-fp8-2xh100": DedicatedCalibration(
+            prefill_tokens_per_s=11_000.0,
+            itl_s=0.015,
+            itl_per_seq_s=0.0001,
+            decode_tokens_per_s=float("inf"),
+            overhead_s=0.080,
+            max_num_seqs=128,
+            gpus=2,
+            gpu_hour_usd=4.41,
+        ),
     }
 )
+
+
+def _open_weight_api(usd_per_mtok: float, itl_s: float) -> ServerlessCalibration:
+    """A pay-per-token open-weight endpoint: one price for input and output (the providers'
+    list), the field notes' warm TTFT shape (provider A) and the same scale-to-zero as
+    `deepseek-serverless`."""
+    return ServerlessCalibration(
+        ttft=TtftDistribution(SERVERLESS_PRESETS["deepseek-a"].p50_s, 0.2, cold_range_s=(10.0, 30.0)),
+        itl_s=itl_s,
+        idle_to_cold_s=60.0,
+        usd_per_mtok_in=usd_per_mtok,
+        usd_per_mtok_out=usd_per_mtok,
+    )
+
 
 SERVERLESS = MappingProxyType(
     {
@@ -109,5 +187,19 @@ SERVERLESS = MappingProxyType(
             usd_per_mtok_in=0.55,
             usd_per_mtok_out=2.19,
         ),
+        "llama-8b-together": _open_weight_api(0.18, itl_s=0.010),
+        "llama-8b-wandb": _open_weight_api(0.22, itl_s=0.010),
+        "llama-70b-together": _open_weight_api(0.88, itl_s=0.020),
+        "llama-70b-wandb": _open_weight_api(0.80, itl_s=0.020),
+    }
+)
+
+# Which serverless calibration prices the same model as each dedicated one (the first is the
+# default partner): commands that take a --calibration pick its partner unless told otherwise.
+PARTNERS = MappingProxyType(
+    {
+        "deepseek-r1-h200": ("deepseek-serverless",),
+        "llama-8b-h100": ("llama-8b-together", "llama-8b-wandb"),
+        "llama-70b-fp8-2xh100": ("llama-70b-together", "llama-70b-wandb"),
     }
 )

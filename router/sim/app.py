@@ -276,6 +276,7 @@ def _stats(state: SimState) -> Any:
             "usage_completion_tokens": c.usage_completion_tokens,
             "cut_output_events": c.cut_output_events,
             "last_traceparent": state.last_traceparent,
+            "first_token_delays_ms": [d * 1000 for d in c.first_token_delays_s],
             "queue_wait_ms": {
                 "count": len(waits),
                 "mean": statistics.fmean(waits) * 1000 if waits else 0.0,

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from router.offline.calibration import ColdLoad
 from router.sim.profile import Kind, SimProfile
 
 
@@ -37,6 +38,9 @@ class Counters:
     usage_completion_tokens: int = 0
     cut_output_events: int = 0
     queue_waits_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+    # the real seconds each request was held before its first token (the modelled TTFT):
+    # what a gateway timing its attempts must see at least
+    first_token_delays_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
 
     @property
     def in_flight(self) -> int:
@@ -68,7 +72,7 @@ class Engine:
         self.counters = Counters()
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._prefill_free_at = 0.0
-        self._last_seen = clock()
+        self._cold = ColdLoad(last_seen=clock(), ready_at=clock())
 
     @property
     def rng(self) -> random.Random:
@@ -129,6 +133,11 @@ class Engine:
         c.running -= 1
 
     def time_to_first_token(self, input_tokens: int) -> float:
+        delay = self._time_to_first_token(input_tokens)
+        self.counters.first_token_delays_s.append(delay)
+        return delay
+
+    def _time_to_first_token(self, input_tokens: int) -> float:
         p = self._profile()
         if p.kind is Kind.SERVERLESS:
             return p.delay(self._serverless_ttft(p))
@@ -145,11 +154,13 @@ class Engine:
         return p.delay(p.decode_step_s(self.counters.running))
 
     def _serverless_ttft(self, p: SimProfile) -> float:
-        now = self._clock()
-        idle = now - self._last_seen
-        self._last_seen = now
-        ttft = p.ttft.sample(self._rng)
-        if p.idle_to_cold_s > 0 and idle * p.time_scale > p.idle_to_cold_s:
-            self.counters.cold_starts += 1
-            ttft += self._rng.uniform(*p.ttft.cold_range_s)
-        return ttft
+        """A warm TTFT, plus the wait for a cold load: started by the first request after an
+        idle gap, waited for by every request arriving before it ends (in modelled seconds)."""
+        loads = self._cold.loads
+        wait_real = self._cold.wait_s(
+            self._clock(),
+            p.idle_to_cold_s / p.time_scale,
+            lambda: p.delay(self._rng.uniform(*p.ttft.cold_range_s)),
+        )
+        self.counters.cold_starts += self._cold.loads - loads
+        return p.ttft.sample(self._rng) + wait_real / p.delay(1.0)

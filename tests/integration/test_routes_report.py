@@ -115,19 +115,22 @@ def test_two_replicas_report_the_combined_figures(tmp_path: Path, redis_url):
                 lambda: report(a)["routes"]["sl"]["ttft_ms"]["samples"] == 60, timeout=10, interval=0.2
             )
             from_a, from_b = report(a), report(b)
+        held = sl.stats()["first_token_delays_ms"]  # what the upstream itself waited, per request
     assert from_a["requests"] == from_b["requests"] == 60
     route = from_a["routes"]["sl"]
     assert route == from_b["routes"]["sl"]
     assert route["success_rate"] == 1.0 and route["outcomes"] == {"first_try": 60}
     assert route["reasons"] == {"serverless_only": 60}
+    assert len(held) == 60
     for q, name in ((0.5, "p50"), (0.95, "p95")):
-        client_side = rank(measured, q)
-        # the gateway times attempt sent -> first event; the client adds its own and the
-        # gateway's overhead (a few ms) on top; the sketch adds at most 1% either way
+        # per request: the upstream's own hold <= the gateway's attempt TTFT (sent -> first
+        # event) <= the client's TTFT, so the same quantile of each is in that order too; the
+        # sketch adds at most 1% either way. (No bound on the overheads between them: they are
+        # wall-clock time on a shared machine.)
         assert (
-            client_side * (1 - 2 * RELATIVE_ACCURACY) - 15
+            rank(held, q) * (1 - 2 * RELATIVE_ACCURACY)
             <= route["ttft_ms"][name]
-            <= client_side * (1 + 2 * RELATIVE_ACCURACY)
+            <= rank(measured, q) * (1 + 2 * RELATIVE_ACCURACY)
         )
     assert route["ttft_ms"]["verdict"] == "too few samples (< 75)"  # 60 samples: no verdict yet
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
 import pytest
@@ -106,15 +107,19 @@ def test_cancelled_waiter_gives_up_its_place():
 
 
 def test_cold_start_after_idle_gap_adds_a_load_delay():
-    profile = SimProfile(kind=Kind.SERVERLESS, ttft=SERVERLESS_PRESETS["fast"], idle_to_cold_s=60.0)
+    fast = dataclasses.replace(SERVERLESS_PRESETS["fast"], cold_range_s=(20.0, 20.0))
+    profile = SimProfile(kind=Kind.SERVERLESS, ttft=fast, idle_to_cold_s=60.0)
     now = [0.0]
     engine = Engine(lambda: profile, clock=lambda: now[0])
     now[0] = 1.0
     warm = engine.time_to_first_token(1)
     now[0] = 100.0  # idle for 99 s
     cold = engine.time_to_first_token(1)
-    now[0] = 101.0
+    now[0] = 101.0  # a second into the load: waits for the rest of it, no second load
+    during = engine.time_to_first_token(1)
+    now[0] = 100.0 + cold + 1.0  # after it
     warm_again = engine.time_to_first_token(1)
     assert engine.counters.cold_starts == 1
     assert max(warm, warm_again) < 1.0
-    assert cold >= 10.0  # the 10-90 s model load
+    assert cold >= 20.0  # the model load
+    assert during == pytest.approx(cold - 1.0, abs=1.0)  # the fast preset's warm TTFT is ~0.02 s

@@ -10,8 +10,9 @@ It models the same system `tidegate replay` measures, piece by piece:
   modelled as a fluid: all decoding sequences of a replica advance together on one virtual
   token clock, so an event costs O(log n), not one event per token;
 - **serverless** as the simulator runs it: TTFT drawn from the calibration's distribution, plus
-  a cold load when the route was idle longer than `idle_to_cold_s`, then a fixed inter-token
-  latency; no slots;
+  a cold load when the route was idle longer than `idle_to_cold_s` (every request arriving
+  during the load waits for its end: router/offline/calibration.py `ColdLoad`), then a fixed
+  inter-token latency; no slots;
 - **tidegate's routing** (policies/canary.py, policies/dedicated_first.py, the store's slots):
   a request outside the canary share goes to serverless; otherwise to the first replica with
   a free slot (`max_concurrency` per replica); with every slot taken it waits in line on the
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.offline.calibration import DedicatedCalibration, ServerlessCalibration
+from router.offline.calibration import ColdLoad, DedicatedCalibration, ServerlessCalibration
 from router.offline.replay import Arrival
 from router.offline.stats import percentile
 
@@ -119,7 +120,7 @@ class _Run:
         self._events: list[tuple[float, int, str, int, int]] = []
         self._order = itertools.count()
         self._waiters: deque[int] = deque()  # requests waiting in line on the first replica
-        self._serverless_last_seen = 0.0
+        self._cold = ColdLoad()
         self._e2e_window: deque[tuple[float, float]] = deque()  # first replica's completions
         self._ttft_window: deque[tuple[float, float]] = deque()  # serverless first tokens
 
@@ -248,14 +249,15 @@ class _Run:
     def _warm(self, now: float, _: int, __: int) -> None:
         """A keep-warm ping: the provider saw a request (its own cold start, if any, is the
         ping's, and pings are not latency samples)."""
-        self._serverless_last_seen = now
+        self._cold_wait(now)
+
+    def _cold_wait(self, now: float) -> float:
+        s = self._system.serverless
+        return self._cold.wait_s(now, s.idle_to_cold_s, lambda: self._rng.uniform(*s.ttft.cold_range_s))
 
     def _serverless(self, now: float, request: _Request, reason: str) -> None:
         s = self._system.serverless
-        ttft = s.ttft.sample(self._rng)
-        if s.idle_to_cold_s > 0 and now - self._serverless_last_seen > s.idle_to_cold_s:
-            ttft += self._rng.uniform(*s.ttft.cold_range_s)
-        self._serverless_last_seen = now
+        ttft = s.ttft.sample(self._rng) + self._cold_wait(now)
         request.route, request.reason = SERVERLESS_ROUTE, reason
         request.first_token_at = now + ttft
         request.done_at = request.first_token_at + (request.arrival.output_tokens - 1) * s.itl_s
