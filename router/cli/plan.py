@@ -29,6 +29,7 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from router.cli import plan_schedule
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.options import add_options, option
 from router.cli.plan_output import pareto_plot, plan_table
@@ -74,7 +75,7 @@ def _dedicated(args: argparse.Namespace, config_endpoint: DedicatedEndpoint | No
 def _serverless(
     args: argparse.Namespace, config_endpoint: ServerlessEndpoint | None
 ) -> ServerlessCalibration:
-    s = calibration.SERVERLESS[args.serverless]
+    s = calibration.SERVERLESS[args.serverless or calibration.PARTNERS[args.calibration][0]]
     if config_endpoint is not None and (config_endpoint.usd_per_mtok_in or config_endpoint.usd_per_mtok_out):
         s = dataclasses.replace(
             s,
@@ -163,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"tidegate plan: {inputs}", file=sys.stderr)
         return 2
     rows, system, d, s = inputs
+    if args.schedule:
+        return plan_schedule.run(args, rows, system, console)
     span_s = (args.minutes * 60) if args.minutes is not None else rows[-1].at_s
     plans = _grid(args).plans()
     started = time.perf_counter()
@@ -293,6 +296,22 @@ _OPTIONS = (
         help="serverless keep-warm intervals to try (0: off)",
     ),
     option("--price-sweep", action="store_true", help="the prices at which each plan beats all-serverless"),
+    option(
+        "--schedule",
+        action="store_true",
+        help="a replica count per hour of the week (from --replicas, best of --max-concurrency), "
+        "written as the endpoint's schedule",
+    ),
+    option(
+        "--provision-s",
+        type=float,
+        default=300.0,
+        help="--schedule: a replica added is paid this long before it serves (loading)",
+    ),
+    option(
+        "--trace-start",
+        help="--schedule: the first row's UTC date and time (default: an Azure CSV's first timestamp)",
+    ),
     option("--out", type=Path, default=Path("plan"), help="directory for plan.json and pareto.png"),
     option("--top", type=int, default=15, help="plans shown in the table"),
     option("--show-all", action="store_true"),
@@ -307,7 +326,11 @@ def add_parser(commands: Any) -> None:
     add_options(plan, _OPTIONS)
     source = plan.add_argument_group("the model's figures (a calibration, then a config, then flags)")
     source.add_argument("--calibration", choices=sorted(calibration.DEDICATED), default="deepseek-r1-h200")
-    source.add_argument("--serverless", choices=sorted(calibration.SERVERLESS), default="deepseek-serverless")
+    source.add_argument(
+        "--serverless",
+        choices=sorted(calibration.SERVERLESS),
+        help="default: the calibration's partner (the same model's API, router/offline/calibration.py)",
+    )
     source.add_argument("--config", type=Path, help="a tidegate.yaml: its prices, GPUs and state.window_s")
     source.add_argument("--model", default="demo-model", help="the model of --config / --calibrate")
     source.add_argument(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from router.config.endpoints import (
+    WEEKDAYS,
     DedicatedEndpoint,
     Endpoint,
     EndpointConfig,
@@ -37,6 +38,7 @@ from router.config.sections import (
 )
 
 __all__ = [
+    "WEEKDAYS",
     "AuthConfig",
     "BreakerConfig",
     "CanaryChecks",

@@ -55,19 +55,40 @@ class EndpointConfig(Frozen):
 _CLOCK = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 
 
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
 class ScheduleEntry(Frozen):
-    """Replicas in force every day (UTC) from `start` to `end` ("HH:MM"; end before start:
-    across midnight), for pricing scale-to-zero or a bigger daytime pool."""
+    """Replicas in force from `start` to `end` ("HH:MM" UTC; end before start: across
+    midnight) on each of `days` (the day the window starts; none: every day), for pricing
+    scale-to-zero, a bigger daytime pool or a weekday/weekend schedule (`tidegate plan
+    --schedule` writes one)."""
 
     start: str
     end: str
     replicas: Annotated[float, Field(ge=0)]
+    days: tuple[Weekday, ...] = ()
+
+    def minutes_of_week(self) -> set[int]:
+        """The minutes of the week (0: Monday 00:00 UTC) the window covers."""
+        start, end = self.seconds(self.start) // 60, self.seconds(self.end) // 60
+        length = end - start if end > start else end + 1440 - start
+        days = [WEEKDAYS.index(d) for d in self.days] if self.days else range(7)
+        return {(day * 1440 + start + m) % 10080 for day in days for m in range(length)}
 
     @field_validator("start", "end")
     @classmethod
     def _clock(cls, value: str) -> str:
         if not _CLOCK.fullmatch(value):
             raise ValueError("expected a UTC time of day as HH:MM")
+        return value
+
+    @field_validator("days")
+    @classmethod
+    def _days_once(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("a day is named twice")
         return value
 
     def seconds(self, value: str) -> int:
@@ -100,8 +121,7 @@ class DedicatedEndpoint(EndpointConfig):
     def _schedule_windows_apart(self) -> DedicatedEndpoint:
         taken: set[int] = set()
         for entry in self.schedule:
-            start, end = entry.seconds(entry.start) // 60, entry.seconds(entry.end) // 60
-            minutes = set(range(start, end)) if end > start else set(range(start, 1440)) | set(range(end))
+            minutes = entry.minutes_of_week()
             if taken & minutes:
                 raise ValueError(
                     f"schedule windows overlap (at {entry.start}-{entry.end}); each minute needs one count"

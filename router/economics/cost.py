@@ -54,12 +54,13 @@ def break_even_utilization(
 
 @dataclass(frozen=True, slots=True)
 class ScheduledReplicas:
-    """`replicas` in force every day (UTC) from `start_s` to `end_s` seconds after midnight
-    (end < start: the window crosses midnight)."""
+    """`replicas` in force from `start_s` to `end_s` seconds after midnight UTC (end < start:
+    the window crosses midnight) on the days it starts on (0: Monday; empty: every day)."""
 
     start_s: int
     end_s: int
     replicas: float
+    days: frozenset[int] = frozenset()
 
 
 def replica_seconds(
@@ -77,6 +78,8 @@ def replica_seconds(
     while day.timestamp() < end_wall:
         midnight = day.timestamp()
         for entry in schedule:
+            if entry.days and day.weekday() not in entry.days:
+                continue
             begin = midnight + entry.start_s
             end = midnight + entry.end_s + (_DAY_S if entry.end_s <= entry.start_s else 0)
             overlap = min(end, end_wall) - max(begin, start_wall)

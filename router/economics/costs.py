@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from policies.types import route_key
-from router.config import DedicatedEndpoint, GatewayConfig, ModelConfig, ServerlessEndpoint
+from router.config import WEEKDAYS, DedicatedEndpoint, GatewayConfig, ModelConfig, ServerlessEndpoint
 from router.economics.cost import (
     ScheduledReplicas,
     break_even_utilization,
@@ -44,7 +44,12 @@ def _usd(value: float | None) -> float | None:
 
 def schedule_of(endpoint: DedicatedEndpoint) -> list[ScheduledReplicas]:
     return [
-        ScheduledReplicas(entry.seconds(entry.start), entry.seconds(entry.end), entry.replicas)
+        ScheduledReplicas(
+            entry.seconds(entry.start),
+            entry.seconds(entry.end),
+            entry.replicas,
+            frozenset(WEEKDAYS.index(d) for d in entry.days),
+        )
         for entry in endpoint.schedule
     ]
 

@@ -80,6 +80,15 @@ def test_replica_seconds_follow_the_schedule_across_midnight():
         ([{"start": "8:00", "end": "20:00", "replicas": 2}], "HH:MM"),
         ([{"start": "08:00", "end": "08:00", "replicas": 2}], "empty"),
         ([{"start": "08:00", "end": "09:00", "replicas": -1}], "greater than or equal"),
+        (  # Friday's night window runs into Saturday's morning one
+            [
+                {"start": "22:00", "end": "06:00", "replicas": 0, "days": ["fri"]},
+                {"start": "05:00", "end": "09:00", "replicas": 1, "days": ["sat"]},
+            ],
+            "overlap",
+        ),
+        ([{"start": "08:00", "end": "09:00", "replicas": 1, "days": ["mon", "mon"]}], "named twice"),
+        ([{"start": "08:00", "end": "09:00", "replicas": 1, "days": ["monday"]}], "days"),
     ],
 )
 def test_a_schedule_that_cannot_be_priced_is_refused(schedule, problem):
@@ -93,3 +102,41 @@ def test_a_schedule_that_cannot_be_priced_is_refused(schedule, problem):
         parse_config(text, {})
     assert problem in str(refused.value)
     assert "models.m.dedicated[0]" in str(refused.value)
+
+
+def test_a_schedule_on_some_days_prices_those_days_only():
+    # weekdays 08:00-20:00 at 2 replicas; the base count is 0 (2026-03-02 is a Monday)
+    weekdays = [ScheduledReplicas(8 * 3600, 20 * 3600, 2.0, frozenset(range(5)))]
+    week = replica_seconds(_at("2026-03-02T00:00:00"), _at("2026-03-09T00:00:00"), 0.0, weekdays)
+    assert week == 5 * 12 * 3600 * 2
+    saturday = replica_seconds(_at("2026-03-07T00:00:00"), _at("2026-03-08T00:00:00"), 0.0, weekdays)
+    assert saturday == 0
+    # a window crossing midnight belongs to the day it starts on
+    friday_night = [ScheduledReplicas(22 * 3600, 6 * 3600, 1.0, frozenset({4}))]
+    saturday_morning = replica_seconds(
+        _at("2026-03-07T00:00:00"), _at("2026-03-07T12:00:00"), 0.0, friday_night
+    )
+    assert saturday_morning == 6 * 3600
+    thursday_night = replica_seconds(
+        _at("2026-03-05T12:00:00"), _at("2026-03-06T12:00:00"), 0.0, friday_night
+    )
+    assert thursday_night == 0
+
+
+def test_windows_on_different_days_may_share_their_hours():
+    from router.config import parse_config  # noqa: PLC0415
+    from router.economics.costs import schedule_of  # noqa: PLC0415
+
+    schedule = [
+        {"start": "08:00", "end": "20:00", "replicas": 2, "days": ["mon", "tue", "wed", "thu", "fri"]},
+        {"start": "08:00", "end": "20:00", "replicas": 1, "days": ["sat"]},
+    ]
+    endpoint = {"name": "d", "base_url": "http://d", "model": "m", "max_concurrency": 1, "replicas": 0}
+    text = orjson.dumps(
+        {
+            "auth": {"allow_anonymous": True},
+            "models": {"m": {"dedicated": [endpoint | {"schedule": schedule}]}},
+        }
+    ).decode()
+    [dedicated] = parse_config(text, {}).models["m"].dedicated
+    assert [e.days for e in schedule_of(dedicated)] == [frozenset(range(5)), frozenset({5})]

@@ -1,0 +1,150 @@
+"""`tidegate plan --schedule`: a dedicated replica count per hour of the week, written as the
+endpoint's `replicas` and `schedule` (router/offline/planner/schedule.py does the modelling).
+
+Prints the counts as a week grid, what the schedule costs against all-serverless, the best
+fixed pool and all-dedicated (per SLO-successful task, on the same per-hour figures), and the
+config lines; writes schedule.json (every hour's cost on each route) to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from router.offline.planner.model import System
+from router.offline.planner.schedule import (
+    DAYS,
+    HOUR_S,
+    choose_counts,
+    compare,
+    config_schedule,
+    hours,
+    plan_hours,
+    week_counts,
+)
+from router.offline.replay import Arrival, detect
+
+
+def trace_start(path: Path, fmt: str | None, given: str | None) -> datetime:
+    """When the trace's first row was sent: `--trace-start`, else an Azure CSV's first
+    timestamp, else Monday 00:00 (the hours then count from the first row)."""
+    if given is not None:
+        return datetime.fromisoformat(given)
+    if (fmt or detect(path)) == "azure":
+        with path.open(encoding="utf-8", newline="") as f:
+            first = next(csv.DictReader(f), None)
+        if first is not None:
+            return datetime.fromisoformat(first["TIMESTAMP"][:26])
+    return datetime(2026, 1, 5)  # a Monday
+
+
+def run(args: argparse.Namespace, rows: list[Arrival], system: System, console: Console) -> int:
+    try:
+        start = trace_start(Path(args.trace), args.format, args.trace_start)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"tidegate plan: --trace-start: {exc}", file=sys.stderr)
+        return 2
+    offset_s = start.minute * 60 + start.second + start.microsecond / 1e6
+    first_hour = start.weekday() * 24 + start.hour
+    per_hour = hours(rows, offset_s)
+    counts = sorted(set(args.replicas) | {0})
+    with Progress(
+        TextColumn("modelling hours"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
+    ) as progress:
+        bar = progress.add_task("hours", total=len(per_hour))
+        options = plan_hours(
+            per_hour,
+            counts,
+            args.max_concurrency,
+            system,
+            slo_ttft_ms=args.slo_ttft_ms,
+            target=args.target,
+            progress=lambda: progress.advance(bar),
+        )
+    provision_usd = system.dedicated.usd_per_hour * args.provision_s / HOUR_S
+    chosen = choose_counts(options, provision_usd)
+    week = week_counts(chosen, first_hour)
+    base, entries = config_schedule(week)
+    found = {
+        "trace": {
+            "path": str(args.trace),
+            "start": start.isoformat(),
+            "hours": len(per_hour),
+            "requests": len(rows),
+        },
+        "slo": {"ttft_ms": args.slo_ttft_ms, "target_attainment": args.target},
+        "provision_s": args.provision_s,
+        "week": week,
+        "config": {"replicas": base, "schedule": entries},
+        "compare": compare(options, chosen, provision_usd, args.target),
+        "hours": [
+            _hour_row(start, i, opts, r) for i, (opts, r) in enumerate(zip(options, chosen, strict=True))
+        ],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "schedule.json").write_bytes(orjson.dumps(found, option=orjson.OPT_INDENT_2))
+    _print(found)
+    print(f"results: {args.out / 'schedule.json'}")
+    return 0
+
+
+def _hour_row(start: datetime, index: int, options: dict[int, Any], replicas: int) -> dict[str, Any]:
+    o = options[replicas]
+    return {
+        "hour": index,
+        "at": (start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=index)).isoformat(),
+        "replicas": replicas,
+        "plan": o.plan,
+        "requests": o.requests,
+        "dedicated_usd": round(o.dedicated_usd, 6),
+        "serverless_usd": round(o.serverless_usd, 6),
+        "slo_met": o.meets,
+    }
+
+
+def _print(found: dict[str, Any]) -> None:
+    console = Console(width=200)
+    grid = Table(title="dedicated replicas per hour (UTC)", show_edge=False)
+    grid.add_column("day")
+    grid.add_column("00 .. 23")
+    for day, name in enumerate(DAYS):
+        grid.add_row(name, " ".join(str(r) for r in found["week"][day * 24 : day * 24 + 24]))
+    console.print(grid)
+    table = Table(title="the schedule against the pure strategies (same per-hour model)")
+    for column in (
+        "strategy",
+        "cost",
+        "$ per SLO-successful task",
+        "SLO met",
+        "replica-hours",
+        "vs schedule",
+    ):
+        table.add_column(column)
+    mine = found["compare"]["schedule"]
+    for name, t in found["compare"].items():
+        if t is None:
+            table.add_row(name.replace("_", " "), "none meets the SLO", "-", "-", "-", "-")
+            continue
+        per = t["cost_per_slo_success_usd"]
+        ratio = (
+            f"{per / mine['cost_per_slo_success_usd']:.2f}x"
+            if per and mine["cost_per_slo_success_usd"]
+            else "-"
+        )
+        label = name.replace("_", " ") + (f" ({t['replicas']})" if "replicas" in t else "")
+        table.add_row(
+            label, f"${t['cost_usd']:,.2f}", f"{per:.6f}" if per else "-", f"{t['slo_attainment']:.1%}",
+            str(t["replica_hours"]), ratio,
+        )  # fmt: skip
+    console.print(table)
+    print("\nthe dedicated endpoint's config:\n" + yaml.safe_dump(found["config"], sort_keys=False))
