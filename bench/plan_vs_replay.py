@@ -38,7 +38,7 @@ import httpx
 import orjson
 
 from router.economics.cost import token_cost_usd
-from router.offline.calibration import DEDICATED, SERVERLESS
+from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
 from router.offline.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route
 from router.offline.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
 from router.offline.replay import load, window
@@ -55,6 +55,17 @@ MODEL = "trace-model"
 WINDOW_S = 100.0  # the gateway's latency window in trace seconds (10 s, its floor, at x10)
 SLO_TTFT_MS = 2000.0
 GATEWAY_S = 0.002  # the gateway's own wall time per request, scaled with the replay
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """The calibrations the simulators run and the model uses (router/offline/calibration.py)."""
+
+    dedicated: str = "deepseek-r1-h200"
+    serverless: str = "deepseek-serverless"
+
+
+DEEPSEEK = Pair()
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +88,12 @@ class Comparison:
         return float(self.predicted["ttft_ms"]["p95"]) / float(self.measured["ttft_ms"]["p95"]) - 1
 
 
-def gateway_config(plan: Plan, dedicated_urls: Sequence[str], serverless_url: str) -> str:
+def gateway_config(
+    plan: Plan, dedicated_urls: Sequence[str], serverless_url: str, pair: Pair = DEEPSEEK
+) -> str:
     """The plan as a tidegate config, in trace time, routes named as the model names them."""
-    d = DEDICATED["deepseek-r1-h200"]
-    s = SERVERLESS["deepseek-serverless"]
+    d = DEDICATED[pair.dedicated]
+    s = SERVERLESS[pair.serverless]
     priors = f", prefill_tokens_per_s: {d.prefill_tokens_per_s:g}, ttft_overhead_ms: {d.overhead_s * 1000:g}"
     dedicated = "".join(
         f"      - {{name: {dedicated_route(i)}, base_url: '{url}', model: m, "
@@ -112,7 +125,9 @@ def gateway_config(plan: Plan, dedicated_urls: Sequence[str], serverless_url: st
 
 
 @contextmanager
-def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Iterator[tuple[str, Path, str]]:
+def system_under_test(
+    plan: Plan, speed: float, workdir: Path, seed: int, pair: Pair = DEEPSEEK
+) -> Iterator[tuple[str, Path, str]]:
     """Simulators and a time-lapsed gateway for `plan`; yields the gateway URL, its
     trace-time config (what the replay prices with) and the serverless simulator's URL."""
     common = ("--time-scale", f"{speed:g}", "--port", "0", "--tokens-per-write", "8")
@@ -124,7 +139,7 @@ def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Ite
                     "--profile",
                     "dedicated",
                     "--calibration",
-                    "deepseek-r1-h200",
+                    pair.dedicated,
                     "--seed",
                     str(seed + i),
                     *common,
@@ -138,14 +153,14 @@ def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Ite
                 "--profile",
                 "serverless",
                 "--calibration",
-                "deepseek-serverless",
+                pair.serverless,
                 "--seed",
                 str(seed + 100),
                 *common,
             )
         )
         config = workdir / "gateway.yaml"
-        config.write_text(gateway_config(plan, [p.url for p in dedicated], serverless.url))
+        config.write_text(gateway_config(plan, [p.url for p in dedicated], serverless.url, pair))
         scaled = workdir / f"gateway.x{speed:g}.yaml"
         scaled.write_text(scale_config(config.read_text(), speed, os.environ))
         gateway = stack.enter_context(
@@ -154,21 +169,28 @@ def system_under_test(plan: Plan, speed: float, workdir: Path, seed: int) -> Ite
         yield gateway.url, config, serverless.url
 
 
-def model_system(speed: float) -> System:
+def model_system(speed: float, pair: Pair = DEEPSEEK) -> System:
     return System(
-        DEDICATED["deepseek-r1-h200"],
-        SERVERLESS["deepseek-serverless"],
+        DEDICATED[pair.dedicated],
+        SERVERLESS[pair.serverless],
         window_s=WINDOW_S,
         gateway_overhead_s=GATEWAY_S * speed,
     )
 
 
 def replay_plan(
-    slice_name: str, trace: Path, start: float, minutes: float, plan: Plan, speed: float, workdir: Path
+    slice_name: str,
+    trace: Path,
+    start: float,
+    minutes: float,
+    plan: Plan,
+    speed: float,
+    workdir: Path,
+    pair: Pair = DEEPSEEK,
 ) -> dict[str, Any]:
     """The plan measured: `tidegate replay` through the real system."""
     workdir.mkdir(parents=True, exist_ok=True)
-    with system_under_test(plan, speed, workdir, seed=7) as (url, config, serverless_url):
+    with system_under_test(plan, speed, workdir, 7, pair) as (url, config, serverless_url):
         done = subprocess.run(
             [
                 sys.executable,
@@ -205,7 +227,7 @@ def replay_plan(
         )
     found: dict[str, Any] = orjson.loads((workdir / "replay" / "replay.json").read_bytes())
     if plan.keep_warm_s:  # the keep-warm pings the simulator served beyond the replayed rows: spend
-        s = SERVERLESS["deepseek-serverless"]
+        s = SERVERLESS[pair.serverless]
         probes = served - found["routes"].get(SERVERLESS_ROUTE, 0)
         spend = probes * token_cost_usd(KEEP_WARM_PROMPT_TOKENS, 1, s.usd_per_mtok_in, s.usd_per_mtok_out)
         successes = found["slo_attainment"] * found["requests"]
@@ -216,11 +238,19 @@ def replay_plan(
 
 
 def compare(
-    slice_name: str, trace: Path, start: float, minutes: float, plan: Plan, speed: float, workdir: Path
+    slice_name: str,
+    trace: Path,
+    start: float,
+    minutes: float,
+    plan: Plan,
+    speed: float,
+    workdir: Path,
+    pair: Pair = DEEPSEEK,
 ) -> Comparison:
     rows = window(load(trace), start, minutes)
-    predicted = evaluate(rows, plan, model_system(speed), slo_ttft_ms=SLO_TTFT_MS, span_s=minutes * 60)
-    measured = replay_plan(slice_name, trace, start, minutes, plan, speed, workdir)
+    system = model_system(speed, pair)
+    predicted = evaluate(rows, plan, system, slo_ttft_ms=SLO_TTFT_MS, span_s=minutes * 60)
+    measured = replay_plan(slice_name, trace, start, minutes, plan, speed, workdir, pair)
     return Comparison(slice_name, plan, predicted, measured)
 
 
@@ -254,7 +284,7 @@ def _row(c: Comparison) -> str:
     )
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -263,21 +293,34 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--speed", type=float, default=4.0)
     parser.add_argument("--traces", type=Path, default=TRACES, help="directory with the Azure traces")
+    parser.add_argument(
+        "--trace", type=Path, help="replay this file instead of the slices (e.g. a tidegate trace synth week)"
+    )
+    parser.add_argument("--start", type=float, default=0.0, help="--trace: the minute to start at")
+    parser.add_argument("--calibration", choices=sorted(DEDICATED), default=DEEPSEEK.dedicated)
+    parser.add_argument("--serverless", choices=sorted(SERVERLESS), help="default: the calibration's partner")
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
+    pair = Pair(args.calibration, args.serverless or PARTNERS[args.calibration][0])
+    slices = (
+        {"trace": (args.trace, args.start)}
+        if args.trace
+        else {n: (args.traces / SLICES[n][0], SLICES[n][1]) for n in args.slice}
+    )
     out = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-replay-"))
     print(f"python -m bench.plan_vs_replay {' '.join(sys.argv[1:])}  (work files: {out})", flush=True)
     print("| slice | plan | SLO met, model / replay | cost | TTFT p95 | spill |")
     print("|---|---|---|---|---|---|", flush=True)
     results: list[Comparison] = []
     labels = args.plans
-    for name in args.slice:
-        file, start = SLICES[name]
+    for name, (file, start) in slices.items():
         for label in labels:
             plan = parse_plan(label)
-            found = compare(
-                name, args.traces / file, start, args.minutes, plan, args.speed, out / name / label
-            )
+            found = compare(name, file, start, args.minutes, plan, args.speed, out / name / label, pair)
             results.append(found)
             print(_row(found), flush=True)
     worst = max(results, key=lambda c: abs(c.attainment_points))
@@ -286,7 +329,7 @@ def main() -> None:
         f"cost {max(abs(c.cost_ratio) for c in results):.1%}, p95 {max(abs(c.p95_ratio) for c in results):.1%}"
     )
     if len(labels) > 1:
-        for name in args.slice:
+        for name in slices:
             mine = [c for c in results if c.slice == name]
             chosen = choose([c.predicted for c in mine], target=0.95)["chosen"]
             best = choose([c.measured | {"plan": c.plan.label} for c in mine], target=0.95)["chosen"]
