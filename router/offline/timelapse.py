@@ -1,6 +1,10 @@
 """A gateway config for a time-lapsed replay: every time constant that shapes routing divided
 by the replay's speed, so the gateway sees the trace's minutes as the simulators (run with
-`--time-scale` at the same speed) do.
+`--time-scale` at the same speed) do. That includes the SLO's TTFT targets and the admission
+budget (and the canary's TTFT check): the gateway measures TTFTs in wall time, K times shorter
+at speed K, so a target left in trace time would be K times too loose. For the same reason the
+prefill rate it learns is K times the trace's, and the dedicated priors are scaled alike (the
+overhead divided, the rate multiplied), so a prediction is the trace's divided by K throughout.
 
 `tidegate replay --scale-config tidegate.yaml --speed K` prints the scaled config. It is written
 from the file as written (a `${VAR}` reference stays a reference, so no secret is copied out),
@@ -21,7 +25,9 @@ from pydantic import BaseModel
 
 from router.config import (
     BreakerConfig,
+    CanaryChecks,
     CanaryControllerConfig,
+    DedicatedEndpoint,
     EngineSignalConfig,
     HedgeConfig,
     KeepWarmConfig,
@@ -42,7 +48,7 @@ _TOP: _Sections = (
 )
 _MODEL: _Sections = (
     ("routing", RoutingConfig, ("max_queue_ms",)),
-    ("slo", SloConfig, ("dwell_s",)),
+    ("slo", SloConfig, ("dwell_s", "ttft_p95_ms", "ttft_budget_ms")),
     ("retry", RetryConfig, ("backoff_ms", "budget_window_s")),
     ("breaker", BreakerConfig, ("window_s", "cooldown_s", "max_cooldown_s")),
 )
@@ -51,6 +57,11 @@ _OPTIONAL_MODEL: _Sections = (
     ("canary", CanaryControllerConfig, ("interval_s",)),
     ("hedge", HedgeConfig, ("after_ms", "window_s")),
 )
+_CANARY_CHECKS: _Sections = (("checks", CanaryChecks, ("ttft_p95_max_ms",)),)
+# a dedicated endpoint's predicted-TTFT priors: the overhead is a time, the prefill a rate
+# (tokens per trace second are K times as many per wall second)
+_DEDICATED_TIMES = ("ttft_overhead_ms",)
+_DEDICATED_RATES = ("prefill_tokens_per_s",)
 _OPTIONAL_ENDPOINT: _Sections = (
     ("engine_signal", EngineSignalConfig, ("interval_s", "stale_after_s", "dwell_s")),
     ("keep_warm", KeepWarmConfig, ("interval_s", "min_interval_s", "cold_ms")),
@@ -68,20 +79,31 @@ def scale_config(text: str, factor: float, env: Mapping[str, str]) -> str:
     for section, cls, keys in _TOP:
         _divide(raw.setdefault(section, {}), cls, keys, factor)
     for model in (raw.get("models") or {}).values():
-        for section, cls, keys in _MODEL:
-            _divide(model.setdefault(section, {}), cls, keys, factor)
-        for section, cls, keys in _OPTIONAL_MODEL:
-            if isinstance(model.get(section), dict):
-                _divide(model[section], cls, keys, factor)
-        for endpoint in [*(model.get("dedicated") or []), *(model.get("serverless") or [])]:
-            for section, cls, keys in _ENDPOINT:
-                _divide(endpoint.setdefault(section, {}), cls, keys, factor)
-            for section, cls, keys in _OPTIONAL_ENDPOINT:
-                if isinstance(endpoint.get(section), dict):
-                    _divide(endpoint[section], cls, keys, factor)
+        _scale_model(model, factor)
     scaled = yaml.safe_dump(raw, sort_keys=False)
     parse_config(scaled, env)  # a constant below its bound: ConfigError names it
     return f"# time-lapse x{factor:g} of this config for tidegate replay --speed {factor:g}\n" + scaled
+
+
+def _scale_model(model: dict[str, Any], factor: float) -> None:
+    """One model's routing, SLO, retry, breaker, canary and endpoint constants."""
+    for section, cls, keys in _MODEL:
+        _divide(model.setdefault(section, {}), cls, keys, factor)
+    for section, cls, keys in _OPTIONAL_MODEL:
+        if isinstance(model.get(section), dict):
+            _divide(model[section], cls, keys, factor)
+    if isinstance(model.get("canary"), dict):
+        for section, cls, keys in _CANARY_CHECKS:
+            _divide(model["canary"].setdefault(section, {}), cls, keys, factor)
+    for endpoint in model.get("dedicated") or []:
+        _divide(endpoint, DedicatedEndpoint, _DEDICATED_TIMES, factor)
+        _divide(endpoint, DedicatedEndpoint, _DEDICATED_RATES, 1 / factor)
+    for endpoint in [*(model.get("dedicated") or []), *(model.get("serverless") or [])]:
+        for section, cls, keys in _ENDPOINT:
+            _divide(endpoint.setdefault(section, {}), cls, keys, factor)
+        for section, cls, keys in _OPTIONAL_ENDPOINT:
+            if isinstance(endpoint.get(section), dict):
+                _divide(endpoint[section], cls, keys, factor)
 
 
 def _divide(section: dict[str, Any], cls: type[BaseModel], keys: tuple[str, ...], factor: float) -> None:

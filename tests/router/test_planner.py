@@ -171,6 +171,26 @@ def test_a_time_lapsed_config_divides_every_time_constant_and_keeps_secrets_as_r
     assert raw["state"]["window_s"] == 20
 
 
+def test_a_time_lapse_scales_the_slo_the_budget_and_the_prefill_priors_alike():
+    """At speed K the gateway measures and learns in wall time: every TTFT K times shorter and
+    the prefill rate K times higher. Targets and priors are scaled with them, so a prediction
+    against a budget decides as it would in trace time."""
+    text = CONFIG.replace("slo: {ttft_p95_ms: 2000}", "slo: {ttft_p95_ms: 2000, ttft_budget_ms: 1500}")
+    text = text.replace("  m:\n", "  m:\n    canary: {steps: [10, 50], checks: {ttft_p95_max_ms: 3000}}\n")
+    raw = yaml.safe_load(scale_config(text, 4, {"ADMIN_KEY": "k" * 32}))
+    model = raw["models"]["m"]
+    assert (model["slo"]["ttft_p95_ms"], model["slo"]["ttft_budget_ms"]) == (500, 375)
+    assert model["canary"]["checks"]["ttft_p95_max_ms"] == 750
+    dedicated = model["dedicated"][0]
+    assert (dedicated["prefill_tokens_per_s"], dedicated["ttft_overhead_ms"]) == (
+        32_000,
+        12.5,
+    )  # defaults 8000, 50
+    trace_ms = 50 + 12_000 / 8000 * 1000  # a 12k-token queue, predicted in trace time
+    wall_ms = dedicated["ttft_overhead_ms"] + 12_000 / dedicated["prefill_tokens_per_s"] * 1000
+    assert wall_ms == pytest.approx(trace_ms / 4)
+
+
 def test_a_time_lapse_divides_the_hedge_delay_and_window():
     text = scale_config(
         CONFIG.replace("  m:\n", "  m:\n    hedge: {after_ms: 1000}\n"), 4, {"ADMIN_KEY": "k" * 32}
