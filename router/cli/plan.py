@@ -152,7 +152,7 @@ def _grid(args: argparse.Namespace) -> Grid:
         max_concurrency=args.max_concurrency,
         max_queue_ms=args.max_queue_ms,
         canary_percent=args.canary,
-        ttft_budget_ms=args.ttft_budget_ms,
+        ttft_budget_ms=[args.slo_ttft_ms] if args.ttft_budget_ms is None else args.ttft_budget_ms,
         keep_warm_s=args.keep_warm_s,
     )
 
@@ -285,8 +285,9 @@ _OPTIONS = (
         "--ttft-budget-ms",
         type=float,
         nargs="*",
-        default=list(_GRID.ttft_budget_ms),
-        help="also predicted-TTFT admission at these budgets (ceiling: the largest --max-concurrency)",
+        default=None,
+        help="also predicted-TTFT admission at these budgets (ceiling: the largest --max-concurrency); "
+        "default: the SLO; none: slots only",
     ),
     option(
         "--keep-warm-s",

@@ -140,10 +140,18 @@ def test_at_its_break_even_gpu_price_a_plan_costs_what_all_serverless_does_per_s
 
 def test_the_grid_holds_all_serverless_once_and_every_combination_otherwise():
     plans = Grid(
-        replicas=(0, 1, 2), max_concurrency=(8, 16), max_queue_ms=(0,), canary_percent=(100, 50)
+        replicas=(0, 1, 2),
+        max_concurrency=(8, 16),
+        max_queue_ms=(0,),
+        canary_percent=(100, 50),
+        keep_warm_s=(0,),
     ).plans()
     assert plans.count(Plan(0)) == 1 and len(plans) == 1 + 2 * 2 * 2
     assert len({p.label for p in plans}) == len(plans)
+    # the default grid also tries a kept-warm serverless route: every plan once with it
+    default = Grid().plans()
+    assert {p.keep_warm_s for p in default} == {0.0, 30.0}
+    assert len(default) == 2 * len([p for p in default if p.keep_warm_s == 0])
 
 
 CONFIG = """

@@ -36,7 +36,8 @@ class Grid:
     # predicted-TTFT admission (routing.admission predicted_ttft) at these budgets, with the
     # largest max_concurrency as its ceiling; empty: slots only
     ttft_budget_ms: Sequence[float] = ()
-    keep_warm_s: Sequence[float] = (0.0,)  # serverless keep-warm interval (0: off)
+    # serverless keep-warm interval (0: off); 30 s is under the calibrations' 60 s scale-to-zero
+    keep_warm_s: Sequence[float] = (0.0, 30.0)
 
     def plans(self) -> list[Plan]:
         """Every combination; a plan without dedicated replicas once per keep-warm setting
