@@ -52,53 +52,73 @@ def plan_table(
 
 
 def pareto_plot(found: dict[str, Any], path: Path) -> str:
+    """Cost per SLO-successful task against attainment: every plan in grey, the Pareto front
+    numbered, with a key beside the plot (the plan, its total cost and replicas), the chosen plan
+    and the runner-up marked, and a tick at the chosen plan's cost."""
     try:
         import matplotlib  # noqa: PLC0415 (optional: the `report` extra)
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # noqa: PLC0415
+        from matplotlib.ticker import FormatStrFormatter, NullFormatter  # noqa: PLC0415
     except ImportError:
         return "no pareto.png: the plot needs matplotlib (pip install 'tidegate[report]')"
     plans = [p for p in found["plans"] if p.get("cost_per_slo_success_usd") is not None]
-    front = set(found["pareto"])
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.scatter(
-        [p["cost_per_slo_success_usd"] * 1000 for p in plans],
-        [p["slo_attainment"] * 100 for p in plans],
-        color="#bbbbbb",
-        s=14,
-        label="plan",
-    )
-    edge = sorted((p for p in plans if p["plan"] in front), key=lambda p: p["cost_per_slo_success_usd"])
-    ax.plot(
-        [p["cost_per_slo_success_usd"] * 1000 for p in edge],
-        [p["slo_attainment"] * 100 for p in edge],
-        marker="o",
-        color="#1f77b4",
-        label="Pareto front",
-    )
-    for p in edge:
-        ax.annotate(p["plan"], (p["cost_per_slo_success_usd"] * 1000, p["slo_attainment"] * 100), fontsize=7)
-    chosen = next((p for p in plans if p["plan"] == found.get("chosen")), None)
-    if chosen is not None:
-        ax.scatter(
-            [chosen["cost_per_slo_success_usd"] * 1000],
-            [chosen["slo_attainment"] * 100],
-            marker="*",
-            s=220,
-            color="#d62728",
-            label="chosen",
-            zorder=3,
-        )
+    by_label = {p["plan"]: p for p in plans}
+    edge = sorted((by_label[n] for n in found["pareto"] if n in by_label), key=_x)
+    fig, (ax, key) = plt.subplots(1, 2, figsize=(11, 5), gridspec_kw={"width_ratios": [3, 2]})
+    ax.scatter([_x(p) for p in plans], [_y(p) for p in plans], color="#bbbbbb", s=14, label="plan")
+    ax.plot([_x(p) for p in edge], [_y(p) for p in edge], marker="o", color="#1f77b4", label="Pareto front")
+    for number, p in enumerate(edge, start=1):
+        ax.annotate(str(number), (_x(p), _y(p)), xytext=(4, 4), textcoords="offset points", fontsize=8)
+    for name, marker, color in (("chosen", "*", "#d62728"), ("runner_up", "D", "#ff7f0e")):
+        p = by_label.get(found.get(name) or "")
+        if p is not None:
+            ax.scatter(
+                [_x(p)], [_y(p)], marker=marker, s=160, color=color, label=name.replace("_", "-"), zorder=3
+            )
     ax.axhline(found["slo"]["target_attainment"] * 100, color="#999999", linestyle="--", linewidth=0.8)
     ax.set_xscale("log")
-    plain = matplotlib.ticker.FormatStrFormatter("%g")
-    ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(plain)
+    chosen = by_label.get(found.get("chosen") or "")
+    runner_up = by_label.get(found.get("runner_up") or "")
+    ends = (min(plans, key=_x), max(plans, key=_x)) if plans else ()
+    ticks: list[float] = []
+    for p in (chosen, *ends, runner_up):  # the chosen plan's first; none within 15% of another
+        if p is not None and all(abs(_x(p) / t - 1) > 0.15 for t in ticks):
+            ticks.append(float(f"{_x(p):.3g}"))
+    ax.set_xticks(sorted(ticks))
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("cost per SLO-successful task (USD per 1,000 tasks)")
     ax.set_ylabel(f"SLO attainment (% of requests, TTFT <= {found['slo']['ttft_ms']:g} ms)")
-    ax.legend(loc="best")
+    ax.legend(loc="lower right", fontsize=8)
+    key.axis("off")
+    key.text(0, 1, _key(edge, found), va="top", family="monospace", fontsize=7, transform=key.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return f"Pareto plot: {path}"
+
+
+def _x(plan: dict[str, Any]) -> float:
+    return float(plan["cost_per_slo_success_usd"]) * 1000
+
+
+def _y(plan: dict[str, Any]) -> float:
+    return float(plan["slo_attainment"]) * 100
+
+
+def _key(edge: list[dict[str, Any]], found: dict[str, Any]) -> str:
+    """The Pareto front's numbers, spelled out: plan, total cost, replicas."""
+    marks = {found.get("chosen"): " (chosen)", found.get("runner_up"): " (runner-up)"}
+    lines = ["Pareto front"]
+    for number, p in enumerate(edge, start=1):
+        lines.append(f"{number:>2}. {p['plan']}{marks.get(p['plan'], '')}")
+        lines.append(f"    ${p['cost_usd']:,.2f} total, {p['settings']['replicas']} replicas")
+    on_front = {p["plan"] for p in edge}
+    for name in (found.get("chosen"), found.get("runner_up")):
+        off: dict[str, Any] | None = next((q for q in found["plans"] if q["plan"] == name), None)
+        if off is not None and name not in on_front:
+            lines.append(f" -  {name}{marks[name]}, off the front")
+            lines.append(f"    ${off['cost_usd']:,.2f} total, {off['settings']['replicas']} replicas")
+    return "\n".join(lines)

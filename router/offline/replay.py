@@ -162,8 +162,9 @@ def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) ->
         if not r.get("ok"):
             continue
         route = r.get("route") or "-"
-        if route in pricing.dedicated_routes:
-            busy_s += (r.get("e2e_ms") or 0.0) / 1000
+        if route in pricing.dedicated_routes:  # slot time inside the span: what was paid for
+            at = float(r.get("at_s") or 0.0)
+            busy_s += max(0.0, min(at + (r.get("e2e_ms") or 0.0) / 1000, span_s) - at)
             continue
         prices = pricing.serverless_usd_per_mtok.get(route)
         if prices is None:

@@ -248,3 +248,35 @@ def test_keep_warm_pings_keep_serverless_warm_and_are_priced_as_spend():
         7 * (8 * S.usd_per_mtok_in + S.usd_per_mtok_out) / 1e6, abs=1e-6
     )
     assert warm["cost_usd"] == pytest.approx(cold["cost_usd"] + warm["keep_warm_usd"])
+
+
+def test_utilization_counts_only_slot_time_inside_the_span_and_all_serverless_has_no_pool_settings():
+    # one request of 100 s of decoding arriving at the end of a 10 s span: 10 s of it was paid
+    rows = [Arrival(0.0, 10, 2), Arrival(9.0, 10, 10_000)]
+    found = evaluate(rows, Plan(1, 1), SYSTEM, slo_ttft_ms=2000.0, span_s=10.0)
+    assert 0 < found["dedicated_utilization"] <= 1
+    serverless = evaluate(rows, Plan(0), SYSTEM, slo_ttft_ms=2000.0, span_s=10.0)
+    assert serverless["settings"]["max_concurrency"] is None
+    assert serverless["settings"]["admission"] is None and serverless["dedicated_utilization"] is None
+
+
+def test_the_pareto_plot_marks_the_chosen_plan_and_the_runner_up(tmp_path):
+    from router.cli.plan_output import _key, pareto_plot  # noqa: PLC0415
+
+    rows = window(load(TRACES / "AzureLLMInferenceTrace_conv_20min.csv"), 0, 2)
+    results = [
+        evaluate(rows, p, SYSTEM, slo_ttft_ms=2000.0, span_s=120.0) for p in Grid(replicas=(0, 1)).plans()
+    ]
+    found = {
+        "plans": results,
+        "pareto": pareto(results),
+        "slo": {"ttft_ms": 2000.0, "target_attainment": 0.95},
+    }
+    found |= choose(results, 0.95)
+    assert pareto_plot(found, tmp_path / "p.png").startswith("Pareto plot")
+    assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
+    edge = sorted(
+        (r for r in results if r["plan"] in found["pareto"]), key=lambda r: r["cost_per_slo_success_usd"]
+    )
+    key = _key(edge, found)
+    assert f"{found['chosen']} (chosen)" in key and f"{found['runner_up']} (runner-up)" in key

@@ -91,6 +91,16 @@ def evaluate(
 
 
 def _settings(plan: Plan) -> dict[str, Any]:
+    if plan.replicas == 0:  # no dedicated pool: its knobs do not apply
+        return {
+            "replicas": 0,
+            "max_concurrency": None,
+            "max_queue_ms": None,
+            "canary_percent": None,
+            "admission": None,
+            "ttft_budget_ms": None,
+            "keep_warm_s": plan.keep_warm_s,
+        }
     return {
         "replicas": plan.replicas,
         "max_concurrency": plan.max_concurrency,
