@@ -32,6 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from router.cli import plan_schedule
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.options import add_options, option
+from router.cli.plan_from import gateway_rows
 from router.cli.plan_output import pareto_plot, plan_table
 from router.config import ConfigError, DedicatedEndpoint, ServerlessEndpoint, load_config
 from router.offline import calibration
@@ -219,7 +220,18 @@ def _inputs(
         if args.calibrate:
             d, s, notes = calibrate(args.calibrate, args.admin_key, args.model, d, s)
             console.print("calibrated from " + args.calibrate + ": " + "; ".join(notes))
-        rows = window(load(Path(args.trace), args.format), args.start, args.minutes)
+        if args.from_url:
+            start, rows = gateway_rows(
+                args.from_url,
+                args.admin_key,
+                args.model,
+                args.window,
+                load(Path(args.trace), args.format),
+                seed=args.seed,
+            )
+            args.trace_start = args.trace_start or start.isoformat()
+        else:
+            rows = window(load(Path(args.trace), args.format), args.start, args.minutes)
         rows = scale_rate(rows, args.scale_rate, seed=args.seed)
     except (OSError, ValueError, KeyError, ConfigError, AdminCallFailed) as exc:
         return str(exc)
@@ -267,7 +279,17 @@ def _from_config(
 
 _GRID = Grid()  # the default plans the options show
 _OPTIONS = (
-    option("trace", help="Azure CSV, Mooncake JSONL or a tidegate access log"),
+    option(
+        "trace", help="Azure CSV, Mooncake JSONL or a tidegate access log (with --from: the in-hour shape)"
+    ),
+    option(
+        "--from",
+        dest="from_url",
+        metavar="URL",
+        help="plan over a running gateway's traffic: each hour's requests from its rollups "
+        "(GET /admin/report, --admin-key, --model), each hour's sizes and bursts from TRACE",
+    ),
+    option("--window", default="7d", help="--from: how far back (within the gateway's state.retention_s)"),
     option("--format", choices=("azure", "mooncake", "access-log"), help="default: detected"),
     option("--start", type=float, default=0.0, help="trace minute to start at"),
     option("--minutes", type=float, default=None, help="how many trace minutes (default: all)"),

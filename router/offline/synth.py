@@ -179,3 +179,19 @@ def _looped(source: Sequence[Arrival], times: Sequence[float], period: float, st
         for a in source[first:last]:
             window.append(Arrival(offset + a.at_s - start, a.input_tokens, a.output_tokens))
     return window
+
+
+def synthesize_hours(
+    source: Sequence[Arrival], requests_per_hour: Sequence[float], *, seed: int = 0
+) -> Iterator[list[Arrival]]:
+    """Hours of the given expected volumes, one after another (an hour of 0 is idle), each laid
+    from the source as `synthesize` lays them: what `tidegate plan --from URL` plans over, the
+    volume of each hour a running gateway's own count, the rest the source's."""
+    if not source:
+        raise ValueError("the source trace has no rows")
+    if not requests_per_hour or any(not math.isfinite(r) or r < 0 for r in requests_per_hour):
+        raise ValueError("each hour's volume must be a number >= 0")
+    mean = sum(requests_per_hour) / len(requests_per_hour)
+    if mean <= 0:
+        raise ValueError("no requests in any hour")
+    return _hours(source, [r / mean for r in requests_per_hour], Volume(mean * 24), seed)

@@ -3,6 +3,9 @@ table, the JSON and the HTML page with its plots; and the economics on /metrics.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
 import httpx
 import openai
 import orjson
@@ -63,3 +66,37 @@ def test_report_after_demo_traffic(tmp_path):
     assert "tidegate_cost_usd_total" in metrics
     assert 'tidegate_dedicated_utilization{endpoint="sim-dedicated"}' in metrics
     assert 'tidegate_dedicated_desired_replicas{endpoint="sim-dedicated"}' in metrics
+
+
+def test_plan_from_a_running_gateway_takes_each_hours_volume_from_its_rollups(tmp_path):
+    """`tidegate plan TRACE --from URL --schedule`: the hours planned are the gateway's, from
+    its first hour with traffic; a window beyond its retention is refused by name."""
+    source = Path(__file__).resolve().parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_code_20min.csv"
+    with CliProcess("demo", "--port", "0") as demo:
+        client = openai.OpenAI(base_url=demo.url, api_key="unused", max_retries=0)
+        for i in range(5):
+            client.chat.completions.create(
+                model="demo-model", messages=[{"role": "user", "content": f"Hi {i}"}], max_tokens=4
+            )
+        first_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+        report_url = demo.root + "/admin/report?window=5m"
+        admin = {"authorization": "Bearer demo-admin"}
+        wait_until(
+            lambda: (
+                httpx.get(report_url, headers=admin).json()["models"]["demo-model"]["traffic_shape"][
+                    "requests"
+                ]
+                == 5
+            ),
+            timeout=10,
+        )
+        plan = ("plan", str(source), "--from", demo.root, *ADMIN, "--model", "demo-model")
+        out = tmp_path / "plan"
+        done = run_cli(*plan, "--window", "1h", "--schedule", "--replicas", "0", "1", "--out", str(out))
+        too_far = run_cli(*plan, "--window", "30d", "--schedule", "--out", str(tmp_path / "x"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = orjson.loads((out / "schedule.json").read_bytes())
+    started = datetime.fromisoformat(found["trace"]["start"])
+    assert started in (first_hour, first_hour - timedelta(hours=1))  # the window's first hour with traffic
+    assert found["trace"]["requests"] > 0 and len(found["week"]) == 168
+    assert too_far.returncode == 2 and "retention_s" in too_far.stderr

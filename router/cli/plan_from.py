@@ -1,0 +1,50 @@
+"""`tidegate plan TRACE --from URL --window 7d`: plan over a running gateway's own traffic.
+
+The gateway's stored rollups (GET /admin/report: every replica's counts, per slice) give each
+UTC hour's requests for the model; TRACE gives what happens inside an hour (request sizes,
+bursts and idle minutes), laid the way `tidegate trace synth` lays it
+(router/offline/synth.py `synthesize_hours`). So the volume and its daily and weekly shape are
+the gateway's, measured; the in-hour structure is the trace's. The window must be within the
+gateway's `state.retention_s` (a week needs `retention_s: 604800`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from policies.types import route_key
+from router.cli.admin_client import call_admin
+from router.offline.replay import Arrival
+from router.offline.synth import HOUR_S, synthesize_hours
+
+
+def hourly_requests(report: dict[str, Any], model: str) -> tuple[datetime, list[float]]:
+    """The model's requests per UTC hour over the report's window (first hour first, hours
+    without traffic 0), summed over its routes; and when the first hour starts."""
+    routes = (report.get("models") or {}).get(model, {}).get("routes")
+    if not routes:
+        raise ValueError(f"the gateway reports no routes for model {model!r}")
+    series = report.get("series", {}).get("routes", {})
+    by_hour: dict[int, float] = {}
+    for name in routes:
+        for start, counts in series.get(route_key(model, name), []):
+            hour = int(start // HOUR_S)
+            by_hour[hour] = by_hour.get(hour, 0.0) + float(counts.get("requests", 0.0))
+    if not by_hour or not any(by_hour.values()):
+        raise ValueError(f"no requests for model {model!r} in the window")
+    first, last = min(by_hour), max(by_hour)
+    hours = [by_hour.get(h, 0.0) for h in range(first, last + 1)]
+    return datetime.fromtimestamp(first * HOUR_S, UTC).replace(tzinfo=None), hours
+
+
+def gateway_rows(
+    url: str, admin_key: str, model: str, window: str, source: list[Arrival], *, seed: int
+) -> tuple[datetime, list[Arrival]]:
+    """The rows to plan over, timed from the first hour's start, and that start (UTC)."""
+    report = call_admin("GET", url, f"/admin/report?window={window}&model={model}", admin_key, timeout=120)
+    start, hours = hourly_requests(report, model)
+    rows: list[Arrival] = []
+    for hour in synthesize_hours(source, hours, seed=seed):
+        rows.extend(hour)
+    return start, rows
