@@ -178,15 +178,18 @@ def model_system(speed: float, pair: Pair = DEEPSEEK) -> System:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """Which rows of which trace: `minutes` from minute `start`."""
+
+    name: str
+    trace: Path
+    start: float
+    minutes: float
+
+
 def replay_plan(
-    slice_name: str,
-    trace: Path,
-    start: float,
-    minutes: float,
-    plan: Plan,
-    speed: float,
-    workdir: Path,
-    pair: Pair = DEEPSEEK,
+    part: Slice, plan: Plan, speed: float, workdir: Path, pair: Pair = DEEPSEEK
 ) -> dict[str, Any]:
     """The plan measured: `tidegate replay` through the real system."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -197,7 +200,7 @@ def replay_plan(
                 "-m",
                 "router.cli",
                 "replay",
-                str(trace),
+                str(part.trace),
                 "--url",
                 url,
                 "--model",
@@ -205,9 +208,9 @@ def replay_plan(
                 "--config",
                 str(config),
                 "--start",
-                f"{start:g}",
+                f"{part.start:g}",
                 "--minutes",
-                f"{minutes:g}",
+                f"{part.minutes:g}",
                 "--speed",
                 f"{speed:g}",
                 "--slo-ttft-ms",
@@ -218,12 +221,12 @@ def replay_plan(
             check=False,
             capture_output=True,
             text=True,
-            timeout=minutes * 60 / speed + 300,
+            timeout=part.minutes * 60 / speed + 300,
         )
         served = httpx.get(serverless_url.removesuffix("/v1") + "/sim/stats", timeout=10).json()["requests"]
     if done.returncode not in (0, 3):
         raise RuntimeError(
-            f"replay of {slice_name} {plan.label} failed:\n{done.stdout}\n{done.stderr[-2000:]}"
+            f"replay of {part.name} {plan.label} failed:\n{done.stdout}\n{done.stderr[-2000:]}"
         )
     found: dict[str, Any] = orjson.loads((workdir / "replay" / "replay.json").read_bytes())
     if plan.keep_warm_s:  # the keep-warm pings the simulator served beyond the replayed rows: spend
@@ -237,21 +240,12 @@ def replay_plan(
     return found
 
 
-def compare(
-    slice_name: str,
-    trace: Path,
-    start: float,
-    minutes: float,
-    plan: Plan,
-    speed: float,
-    workdir: Path,
-    pair: Pair = DEEPSEEK,
-) -> Comparison:
-    rows = window(load(trace), start, minutes)
+def compare(part: Slice, plan: Plan, speed: float, workdir: Path, pair: Pair = DEEPSEEK) -> Comparison:
+    rows = window(load(part.trace), part.start, part.minutes)
     system = model_system(speed, pair)
-    predicted = evaluate(rows, plan, system, slo_ttft_ms=SLO_TTFT_MS, span_s=minutes * 60)
-    measured = replay_plan(slice_name, trace, start, minutes, plan, speed, workdir, pair)
-    return Comparison(slice_name, plan, predicted, measured)
+    predicted = evaluate(rows, plan, system, slo_ttft_ms=SLO_TTFT_MS, span_s=part.minutes * 60)
+    measured = replay_plan(part, plan, speed, workdir, pair)
+    return Comparison(part.name, plan, predicted, measured)
 
 
 def parse_plan(label: str) -> Plan:
@@ -320,7 +314,9 @@ def main() -> None:
     for name, (file, start) in slices.items():
         for label in labels:
             plan = parse_plan(label)
-            found = compare(name, file, start, args.minutes, plan, args.speed, out / name / label, pair)
+            found = compare(
+                Slice(name, file, start, args.minutes), plan, args.speed, out / name / label, pair
+            )
             results.append(found)
             print(_row(found), flush=True)
     worst = max(results, key=lambda c: abs(c.attainment_points))

@@ -27,13 +27,13 @@ from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from router.cli import plan_schedule
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.options import add_options, option
 from router.cli.plan_from import gateway_rows
 from router.cli.plan_output import pareto_plot, plan_table
+from router.cli.progress import counting
 from router.config import ConfigError, DedicatedEndpoint, ServerlessEndpoint, load_config
 from router.offline import calibration
 from router.offline.calibration import (
@@ -170,18 +170,8 @@ def run(args: argparse.Namespace) -> int:
     span_s = (args.minutes * 60) if args.minutes is not None else rows[-1].at_s
     plans = _grid(args).plans()
     started = time.perf_counter()
-    with Progress(
-        TextColumn("modelling plans"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
-    ) as progress:
-        bar = progress.add_task("plans", total=len(plans))
-        results = sweep(
-            rows,
-            plans,
-            system,
-            slo_ttft_ms=args.slo_ttft_ms,
-            span_s=span_s,
-            progress=lambda: progress.advance(bar),
-        )
+    with counting(console, "modelling plans", len(plans)) as advance:
+        results = sweep(rows, plans, system, slo_ttft_ms=args.slo_ttft_ms, span_s=span_s, progress=advance)
     elapsed = time.perf_counter() - started
     verdict = choose(results, args.target)
     front = pareto(results)

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from router.cli.progress import counting
 from router.offline.planner.model import System
 from router.offline.planner.schedule import (
     DAYS,
@@ -58,10 +58,7 @@ def run(args: argparse.Namespace, rows: list[Arrival], system: System, console: 
     first_hour = start.weekday() * 24 + start.hour
     per_hour = hours(rows, offset_s)
     counts = sorted(set(args.replicas) | {0})
-    with Progress(
-        TextColumn("modelling hours"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
-    ) as progress:
-        bar = progress.add_task("hours", total=len(per_hour))
+    with counting(console, "modelling hours", len(per_hour)) as advance:
         options = plan_hours(
             per_hour,
             counts,
@@ -69,7 +66,7 @@ def run(args: argparse.Namespace, rows: list[Arrival], system: System, console: 
             system,
             slo_ttft_ms=args.slo_ttft_ms,
             target=args.target,
-            progress=lambda: progress.advance(bar),
+            progress=advance,
         )
     provision_usd = system.dedicated.usd_per_hour * args.provision_s / HOUR_S
     chosen = choose_counts(options, provision_usd)

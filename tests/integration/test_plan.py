@@ -10,7 +10,7 @@ import orjson
 import pytest
 import yaml
 
-from bench.plan_vs_replay import compare
+from bench.plan_vs_replay import Slice, compare
 from router.offline.planner.model import Plan
 from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, Sim, run_cli
@@ -87,7 +87,7 @@ def test_a_replay_at_a_speed_the_gateway_was_not_time_lapsed_for_is_refused(tmp_
 def test_the_model_predicts_what_a_replay_through_the_real_gateway_measures(tmp_path):
     """Minute 3 of the code trace (531 requests of ~2,000 prompt tokens in one burst) at x4,
     on one dedicated replica with 16 slots: both routes serve, a third of it spilled."""
-    found = compare("code", TRACE, 3, 1, Plan(1, 16), 4, tmp_path)
+    found = compare(Slice("code", TRACE, 3, 1), Plan(1, 16), 4, tmp_path)
     measured, predicted = found.measured, found.predicted
     assert measured["client_kept_up"], measured["send_lag_ms"]
     assert measured["succeeded"] == measured["requests"] == predicted["requests"] > 500
