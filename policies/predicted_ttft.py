@@ -36,11 +36,12 @@ def tokens_ahead(snapshot: Snapshot, pool: str, prompt_tokens: int) -> float:
 
 
 def predicted_ttft_ms(snapshot: Snapshot, pool: str, prompt_tokens: int) -> float | None:
-    """The TTFT a request of `prompt_tokens` would see on `pool` now; None without a model."""
+    """The TTFT a request of `prompt_tokens` would see on `pool` now, with the model's measured
+    error added (its p95, not its mean); None without a model."""
     model = snapshot.prefill.get(pool)
     if model is None:
         return None
-    return model.ttft_ms(tokens_ahead(snapshot, pool, prompt_tokens) + prompt_tokens)
+    return model.ttft_p95_ms(tokens_ahead(snapshot, pool, prompt_tokens) + prompt_tokens)
 
 
 def spill_ttft_ms(model: str, snapshot: Snapshot, spill: Target, budget_ms: float, min_samples: int) -> float:

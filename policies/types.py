@@ -57,18 +57,28 @@ class Figures:
 @dataclass(frozen=True, slots=True)
 class PrefillModel:
     """A dedicated pool's time to first token as a function of the prompt tokens ahead of it:
-    `overhead_ms` + tokens / `tokens_per_s` (learned from its measured TTFTs, or the prior)."""
+    `overhead_ms` + tokens / `tokens_per_s` (learned from its measured TTFTs, or the prior),
+    and `error_ms`, how far its measured TTFTs ran over that line (the 95th percentile of the
+    fit's residuals; 0 for a prior). Admission adds the error: a request predicted exactly at
+    the budget would miss it about half the time."""
 
     tokens_per_s: float
     overhead_ms: float
     samples: int = 0  # the measurements it was fitted to; 0: the configured prior
+    error_ms: float = 0.0
 
     def ttft_ms(self, tokens: float) -> float:
+        """The line: the TTFT expected behind `tokens` prompt tokens (this request's included)."""
         return self.overhead_ms + 1000.0 * tokens / self.tokens_per_s
 
+    def ttft_p95_ms(self, tokens: float) -> float:
+        """The line plus the measured error: what admission holds to the budget."""
+        return self.ttft_ms(tokens) + self.error_ms
+
     def tokens_within(self, budget_ms: float) -> int:
-        """The most prompt tokens that can be waiting for prefill with the TTFT within budget."""
-        return max(0, int((budget_ms - self.overhead_ms) * self.tokens_per_s / 1000.0))
+        """The most prompt tokens that can be waiting for prefill with the TTFT (the line plus
+        the error) within budget."""
+        return max(0, int((budget_ms - self.error_ms - self.overhead_ms) * self.tokens_per_s / 1000.0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,6 +187,7 @@ def _pool_entry(endpoint: DedicatedEndpoint, c: Counts, snapshot: Snapshot, span
     entry["prefill_model"] = {
         "tokens_per_s": round(prefill.tokens_per_s, 1),
         "overhead_ms": round(prefill.overhead_ms, 1),
+        "error_ms": round(prefill.error_ms, 1),
         "samples": prefill.samples,
     }
     queue = snapshot.engine_queue.get(endpoint.name)

@@ -1,6 +1,9 @@
 """What predicted-TTFT admission learns: per dedicated pool, TTFT = overhead + prompt tokens
 waiting for prefill (its own included) / rate, fitted by least squares to the pool's measured
-TTFTs against the pending prompt tokens each request was admitted behind.
+TTFTs against the pending prompt tokens each request was admitted behind; and the fit's error,
+the 95th percentile of how far measured TTFTs ran over the line, which admission adds to every
+prediction (measured through a real gateway, requests admitted at a prediction just under the
+budget missed it by 80-320 ms: jitter the line does not see).
 
 Until a pool has `min_samples` measurements it uses its configured prior (`prefill_tokens_per_s`,
 `ttft_overhead_ms`). A fit that makes no physical sense (a rate at or under zero, a negative
@@ -37,6 +40,7 @@ class SharedSamples(Protocol):
 
 
 _MIN_SPREAD = 1.5  # largest / smallest pending tokens before the slope is trusted
+_ERROR_QUANTILE = 0.95  # the residual admission adds to the line (PrefillModel.error_ms)
 
 
 class PrefillLearner:
@@ -85,14 +89,24 @@ class PrefillLearner:
         n = len(samples)
         if n < self._min_samples:
             return prior
-        xs = [x for x, _ in samples]
-        ys = [y for _, y in samples]
-        mean_x, mean_y = sum(xs) / n, sum(ys) / n
-        sxx = sum((x - mean_x) ** 2 for x in xs)
-        if min(xs) > 0 and max(xs) / min(xs) >= _MIN_SPREAD and sxx > 0:
-            slope = sum((x - mean_x) * (y - mean_y) for x, y in samples) / sxx  # ms per token
-            intercept = mean_y - slope * mean_x
-            if slope > 0 and intercept >= 0:
-                return PrefillModel(1000.0 / slope, intercept, n)
-        overhead = max(0.0, mean_y - 1000.0 * mean_x / prior.tokens_per_s)
-        return PrefillModel(prior.tokens_per_s, overhead, n)
+        line = _line(prior, samples)
+        residuals = sorted(y - line.ttft_ms(x) for x, y in samples)
+        error = max(0.0, residuals[int(_ERROR_QUANTILE * (n - 1))])
+        return PrefillModel(line.tokens_per_s, line.overhead_ms, n, error)
+
+
+def _line(prior: PrefillModel, samples: deque[tuple[float, float]]) -> PrefillModel:
+    """Least squares through the samples; the prior's rate with the overhead refitted when the
+    fit makes no physical sense."""
+    n = len(samples)
+    xs = [x for x, _ in samples]
+    ys = [y for _, y in samples]
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    if min(xs) > 0 and max(xs) / min(xs) >= _MIN_SPREAD and sxx > 0:
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in samples) / sxx  # ms per token
+        intercept = mean_y - slope * mean_x
+        if slope > 0 and intercept >= 0:
+            return PrefillModel(1000.0 / slope, intercept, n)
+    overhead = max(0.0, mean_y - 1000.0 * mean_x / prior.tokens_per_s)
+    return PrefillModel(prior.tokens_per_s, overhead, n)

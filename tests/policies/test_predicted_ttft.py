@@ -161,3 +161,30 @@ def test_the_engines_own_queue_counts_load_that_bypasses_tidegate(pending, queue
     decision = POLICY.decide(context(1_000), snapshot, MODEL.endpoints)
     assert (decision.targets, decision.reason) == (targets, reason)
     assert decision.admit_within.get("d1") == bound
+
+
+def test_the_learner_measures_how_far_ttfts_run_over_its_line():
+    """A line fitted through jittery TTFTs is their mean: admitting up to it would miss the
+    budget about half the time. The model carries the residuals' 95th percentile."""
+    exact = PrefillLearner({"d": PrefillModel(8_000, 50)}, min_samples=20)
+    jittery = PrefillLearner({"d": PrefillModel(8_000, 50)}, min_samples=20)
+    rng = random.Random(3)
+    for i in range(400):
+        tokens = rng.randint(500, 40_000)
+        exact.sample("d", tokens, 80 + tokens / 16.5)
+        jittery.sample("d", tokens, 80 + tokens / 16.5 + (300.0 if i % 10 == 0 else 0.0))  # 10% run late
+    exact.fit()
+    jittery.fit()
+    assert exact.models["d"].error_ms == pytest.approx(0.0, abs=1e-6)
+    assert 200 < jittery.models["d"].error_ms < 320
+    assert PrefillModel(8_000, 50).error_ms == 0  # a prior has no measured error
+
+
+def test_admission_holds_the_line_plus_the_error_to_the_budget():
+    # 16,000 tokens ahead on d1: 100 + 1,700 ms on the line, within 2,000; +300 ms error: over
+    late = {name: PrefillModel(10_000, 100, samples=100, error_ms=300) for name in ("d1", "d2")}
+    snapshot = Snapshot(now=0.0, pending_prompt_tokens={"d1": 16_000}, prefill=late)
+    decision = POLICY.decide(context(1_000), snapshot, (D1, D2, S1))
+    assert decision.targets == (D2, S1) and decision.reason is Reason.BASELINE
+    # the store's bound leaves the error's worth of tokens free: (2,000 - 300 - 100) ms x 10/ms
+    assert decision.admit_within == {"d2": 16_000}
