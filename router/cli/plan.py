@@ -171,7 +171,9 @@ def run(args: argparse.Namespace) -> int:
     plans = _grid(args).plans()
     started = time.perf_counter()
     with counting(console, "modelling plans", len(plans)) as advance:
-        results = sweep(rows, plans, system, slo_ttft_ms=args.slo_ttft_ms, span_s=span_s, progress=advance)
+        results = sweep(
+            rows, plans, system, slo_ttft_ms=args.slo_ttft_ms, span_s=span_s, progress=advance, jobs=args.jobs
+        )
     elapsed = time.perf_counter() - started
     verdict = choose(results, args.target)
     front = pareto(results)
@@ -326,6 +328,13 @@ _OPTIONS = (
         help="--schedule: the first row's UTC date and time (default: an Azure CSV's first timestamp)",
     ),
     option("--out", type=Path, default=Path("plan"), help="directory for plan.json and pareto.png"),
+    option(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes modelling plans (or hours) at once; the figures do not depend on it "
+        "(default: every core)",
+    ),
     option("--top", type=int, default=15, help="plans shown in the table"),
     option("--show-all", action="store_true"),
 )

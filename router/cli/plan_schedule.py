@@ -67,6 +67,7 @@ def run(args: argparse.Namespace, rows: list[Arrival], system: System, console: 
             slo_ttft_ms=args.slo_ttft_ms,
             target=args.target,
             progress=advance,
+            jobs=args.jobs,
         )
     provision_usd = system.dedicated.usd_per_hour * args.provision_s / HOUR_S
     chosen = choose_counts(options, provision_usd)

@@ -12,7 +12,7 @@ import yaml
 from router.config import ConfigError
 from router.offline.calibration import DEDICATED, SERVERLESS, TtftDistribution
 from router.offline.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route, simulate
-from router.offline.planner.sweep import Grid, break_even, choose, evaluate, pareto
+from router.offline.planner.sweep import Grid, break_even, choose, evaluate, pareto, sweep
 from router.offline.replay import Arrival, load, window
 from router.offline.timelapse import scale_config
 
@@ -280,3 +280,14 @@ def test_the_pareto_plot_marks_the_chosen_plan_and_the_runner_up(tmp_path):
     )
     key = _key(edge, found)
     assert f"{found['chosen']} (chosen)" in key and f"{found['runner_up']} (runner-up)" in key
+
+
+def test_the_figures_do_not_depend_on_how_many_processes_model_them():
+    rows = window(load(TRACES / "AzureLLMInferenceTrace_code_20min.csv"), 3, 1)
+    plans = Grid(replicas=(0, 1), max_concurrency=(8, 16), max_queue_ms=(0,), canary_percent=(100,)).plans()
+    counted: list[int] = []
+    alone = sweep(rows, plans, SYSTEM, slo_ttft_ms=2000.0, span_s=60.0)
+    shared = sweep(
+        rows, plans, SYSTEM, slo_ttft_ms=2000.0, span_s=60.0, jobs=2, progress=lambda: counted.append(1)
+    )
+    assert shared == alone and len(counted) == len(plans)

@@ -164,3 +164,15 @@ def test_the_command_refuses_a_trace_start_it_cannot_read(tmp_path, capsys):
     trace = str(TRACES / "AzureLLMInferenceTrace_code_20min.csv")
     assert main(["plan", trace, "--schedule", "--trace-start", "monday", "--out", str(tmp_path)]) == 2
     assert "monday" in capsys.readouterr().err
+
+
+def test_hours_modelled_in_two_processes_are_the_hours_modelled_in_one():
+    source = load(TRACES / "AzureLLMInferenceTrace_code_20min.csv")
+    day = [
+        a for hour in synthesize(source, ENVELOPES["office-hours"], Volume(500), days=1, seed=2) for a in hour
+    ]
+    system = System(DEDICATED["llama-8b-h100"], SERVERLESS["llama-8b-together"])
+    args = (hours(day, 0.0), (0, 1), (16,), system)
+    assert plan_hours(*args, slo_ttft_ms=2000, target=0.95, jobs=2) == plan_hours(
+        *args, slo_ttft_ms=2000, target=0.95
+    )

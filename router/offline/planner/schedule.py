@@ -16,6 +16,7 @@ with all-serverless, the best fixed pool and the smallest pool under which nothi
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any
 
 from router.offline.planner.model import Plan, System
 from router.offline.planner.sweep import evaluate
+from router.offline.planner.workers import in_processes
 from router.offline.replay import Arrival
 
 HOUR_S = 3600.0
@@ -217,9 +219,8 @@ def plan_hours(
     slo_ttft_ms: float,
     target: float,
     progress: Callable[[], None] = lambda: None,
+    jobs: int = 1,
 ) -> list[dict[int, HourOption]]:
-    found = []
-    for rows in per_hour:
-        found.append(hour_options(rows, counts, concurrency, system, slo_ttft_ms=slo_ttft_ms, target=target))
-        progress()
-    return found
+    """Every hour's options, in order, `jobs` processes at once (each hour is modelled alone)."""
+    one = functools.partial(hour_options, slo_ttft_ms=slo_ttft_ms, target=target)
+    return in_processes(one, per_hour, jobs, progress, shared=(counts, concurrency, system))

@@ -9,6 +9,7 @@ is at least the target attainment.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -24,6 +25,7 @@ from router.offline.planner.model import (
     keep_warm_times,
     simulate,
 )
+from router.offline.planner.workers import in_processes
 from router.offline.replay import Arrival, Pricing, summary
 
 
@@ -120,12 +122,19 @@ def sweep(
     slo_ttft_ms: float,
     span_s: float,
     progress: Callable[[], None] = lambda: None,
+    jobs: int = 1,
 ) -> list[dict[str, Any]]:
-    results = []
-    for plan in plans:
-        results.append(evaluate(arrivals, plan, system, slo_ttft_ms=slo_ttft_ms, span_s=span_s))
-        progress()
-    return results
+    """Every plan's figures, in the plans' order; `jobs` processes at once (each plan is
+    modelled on its own, so the figures do not depend on how many)."""
+    plans = list(plans)
+    one = functools.partial(_evaluate_plan, slo_ttft_ms=slo_ttft_ms, span_s=span_s)
+    return in_processes(one, plans, jobs, progress, shared=(arrivals, system))
+
+
+def _evaluate_plan(
+    plan: Plan, arrivals: Sequence[Arrival], system: System, *, slo_ttft_ms: float, span_s: float
+) -> dict[str, Any]:
+    return evaluate(arrivals, plan, system, slo_ttft_ms=slo_ttft_ms, span_s=span_s)
 
 
 def _per_success(result: dict[str, Any]) -> float:
