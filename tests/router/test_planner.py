@@ -4,6 +4,7 @@ cases of the simulator's rules, the choice of plan, the Pareto front and the bre
 from __future__ import annotations
 
 import dataclasses
+import random
 from pathlib import Path
 
 import pytest
@@ -291,3 +292,22 @@ def test_the_figures_do_not_depend_on_how_many_processes_model_them():
         rows, plans, SYSTEM, slo_ttft_ms=2000.0, span_s=60.0, jobs=2, progress=lambda: counted.append(1)
     )
     assert shared == alone and len(counted) == len(plans)
+
+
+def test_a_time_window_keeps_its_mean_and_percentiles_as_values_come_and_go():
+    from router.offline.stats import TimeWindow, percentile  # noqa: PLC0415
+
+    rng = random.Random(4)
+    window, kept = TimeWindow(), []
+    for step in range(2_000):
+        value = rng.expovariate(1.0)
+        window.append(float(step), value)
+        kept.append((float(step), value))
+        window.drop_before(step - 100.0)
+        kept = [(at, v) for at, v in kept if at >= step - 100.0]
+        if step % 97 == 0:
+            values = [v for _, v in kept]
+            assert len(window) == len(values)
+            assert window.mean() == pytest.approx(sum(values) / len(values))
+            for q in (50, 95):
+                assert window.percentile(q) == percentile(values, q)

@@ -35,7 +35,7 @@ from typing import Any
 
 from router.offline.calibration import ColdLoad, DedicatedCalibration, ServerlessCalibration
 from router.offline.replay import Arrival
-from router.offline.stats import percentile
+from router.offline.stats import TimeWindow
 
 SERVERLESS_ROUTE = "serverless"
 
@@ -121,8 +121,8 @@ class _Run:
         self._order = itertools.count()
         self._waiters: deque[int] = deque()  # requests waiting in line on the first replica
         self._cold = ColdLoad()
-        self._e2e_window: deque[tuple[float, float]] = deque()  # first replica's completions
-        self._ttft_window: deque[tuple[float, float]] = deque()  # serverless first tokens
+        self._e2e_window = TimeWindow()  # first replica's completions
+        self._ttft_window = TimeWindow()  # serverless first tokens
 
     def records(self) -> list[dict[str, Any]]:
         for r in self._requests:
@@ -208,23 +208,21 @@ class _Run:
     def _spill_median_ms(self, now: float, budget_ms: float) -> float:
         """The serverless route's windowed median TTFT; under `min_samples`, the budget."""
         horizon = now - self._system.window_s
-        while self._ttft_window and self._ttft_window[0][0] < horizon:
-            self._ttft_window.popleft()
+        self._ttft_window.drop_before(horizon)
         if len(self._ttft_window) < self._system.min_samples:
             return budget_ms
-        return 1000 * percentile([t for _, t in self._ttft_window], 50)
+        return 1000 * self._ttft_window.percentile(50)
 
     def _worth_waiting(self, now: float) -> bool:
         """policies.dedicated_first.worth_waiting_ms over the windowed figures."""
         horizon = now - self._system.window_s
         for window in (self._e2e_window, self._ttft_window):
-            while window and window[0][0] < horizon:
-                window.popleft()
+            window.drop_before(horizon)
         if not self._e2e_window or not self._ttft_window:
             return True  # unknown figures: the bound alone decides
-        mean_e2e_ms = 1000 * sum(e for _, e in self._e2e_window) / len(self._e2e_window)
+        mean_e2e_ms = 1000 * self._e2e_window.mean()
         expected_ms = (len(self._waiters) + 1) * mean_e2e_ms / self._plan.max_concurrency
-        spill_p95_ms = 1000 * percentile([t for _, t in self._ttft_window], 95)
+        spill_p95_ms = 1000 * self._ttft_window.percentile(95)
         return expected_ms < min(self._plan.max_queue_ms, spill_p95_ms)
 
     def _timeout(self, now: float, index: int, _: int) -> None:
@@ -261,7 +259,7 @@ class _Run:
         request.route, request.reason = SERVERLESS_ROUTE, reason
         request.first_token_at = now + ttft
         request.done_at = request.first_token_at + (request.arrival.output_tokens - 1) * s.itl_s
-        self._ttft_window.append((request.first_token_at, ttft))
+        self._ttft_window.append(request.first_token_at, ttft)
 
     # a dedicated replica ---------------------------------------------------------------------
 
@@ -317,7 +315,7 @@ class _Run:
         request.done_at = now
         replica.running -= 1
         if replica.index == 0:
-            self._e2e_window.append((now, now - request.arrival.at_s))
+            self._e2e_window.append(now, now - request.arrival.at_s)
         while replica.engine_queue and replica.running < self._system.dedicated.max_num_seqs:
             self._start(now, replica, self._requests[replica.engine_queue.popleft()])
         self._release_slot(now, replica)
