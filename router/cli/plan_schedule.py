@@ -30,6 +30,7 @@ from router.offline.planner.schedule import (
     config_schedule,
     hours,
     plan_hours,
+    slots_per_replica,
     week_counts,
 )
 from router.offline.replay import Arrival, detect
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace, rows: list[Arrival], system: System, console: 
     chosen = choose_counts(options, provision_usd)
     week = week_counts(chosen, first_hour)
     base, entries = config_schedule(week)
+    slots = slots_per_replica(options, chosen)
+    pool = {} if slots is None else {"max_concurrency": slots * max(base, 1)}
     found = {
         "trace": {
             "path": str(args.trace),
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace, rows: list[Arrival], system: System, console: 
         "slo": {"ttft_ms": args.slo_ttft_ms, "target_attainment": args.target},
         "provision_s": args.provision_s,
         "week": week,
-        "config": {"replicas": base, "schedule": entries},
+        "config": {"replicas": base, **pool, "schedule": entries},
         "compare": compare(options, chosen, provision_usd, args.target),
         "hours": [
             _hour_row(start, i, opts, r) for i, (opts, r) in enumerate(zip(options, chosen, strict=True))

@@ -152,6 +152,7 @@ def test_the_command_writes_the_schedule_and_the_config_lines(tmp_path, capsys):
     found = orjson.loads((out / "schedule.json").read_bytes())
     assert found["trace"]["start"].startswith("2026-01-05T00")  # the synthesized week's Monday
     assert len(found["week"]) == 168 and found["config"]["replicas"] == 0
+    assert found["config"]["max_concurrency"] == 16  # one replica's slots: the base count is 0
     assert {e["replicas"] for e in found["config"]["schedule"]} == {1}
     assert sum(h["requests"] for h in found["hours"]) == found["trace"]["requests"]
     printed = capsys.readouterr().out

@@ -45,6 +45,7 @@ class HourOption:
     spill_share: float
     meets: bool
     plan: str
+    slots_per_replica: int | None = None  # the plan's max_concurrency per replica (None: no pool)
 
 
 def hours(rows: Sequence[Arrival], first_offset_s: float) -> list[list[Arrival]]:
@@ -85,7 +86,10 @@ def _option(
 ) -> HourOption:
     dedicated_usd = plan.replicas * system.dedicated.usd_per_hour
     if not rows:
-        return HourOption(plan.replicas, dedicated_usd, dedicated_usd, 0.0, 0, 0.0, 0.0, True, plan.label)
+        slots = plan.max_concurrency if plan.replicas else None
+        return HourOption(
+            plan.replicas, dedicated_usd, dedicated_usd, 0.0, 0, 0.0, 0.0, True, plan.label, slots
+        )
     r = evaluate(rows, plan, system, slo_ttft_ms=slo_ttft_ms, span_s=HOUR_S)
     attainment = float(r["slo_attainment"] or 0.0)
     return HourOption(
@@ -98,6 +102,7 @@ def _option(
         spill_share=float(r["spill_share"] or 0.0),
         meets=attainment >= target,
         plan=plan.label,
+        slots_per_replica=plan.max_concurrency if plan.replicas else None,
     )
 
 
@@ -179,6 +184,14 @@ def week_counts(counts: Sequence[int], first_hour_of_week: int) -> list[int]:
         by_hour_of_day[h % 24] = max(by_hour_of_day.get(h % 24, 0), r)
     common = Counter(counts).most_common(1)[0][0] if counts else 0
     return [by_hour.get(h, by_hour_of_day.get(h % 24, common)) for h in range(WEEK_HOURS)]
+
+
+def slots_per_replica(options: Sequence[dict[int, HourOption]], counts: Sequence[int]) -> int | None:
+    """The slots per replica the chosen hours with a pool use most (the config has one
+    `max_concurrency`, scaled with the replicas); None when no hour has a pool."""
+    used = [hour[r].slots_per_replica for hour, r in zip(options, counts, strict=True) if r > 0]
+    found = [s for s in used if s is not None]
+    return Counter(found).most_common(1)[0][0] if found else None
 
 
 def config_schedule(week: Sequence[int]) -> tuple[int, list[dict[str, Any]]]:
