@@ -21,13 +21,12 @@ from rich.console import Console
 from rich.table import Table
 
 from router.cli.progress import counting
+from router.economics.schedule import DAYS, config_schedule
 from router.offline.planner.model import System
 from router.offline.planner.schedule import (
-    DAYS,
     HOUR_S,
     choose_counts,
     compare,
-    config_schedule,
     hours,
     plan_hours,
     slots_per_replica,

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from policies.types import Snapshot, route_key
-from router.config import DedicatedEndpoint, GatewayConfig
+from router.config import DedicatedEndpoint, GatewayConfig, ModelConfig
+from router.economics.costs import slots_per_replica
 from router.economics.routes_report import (
     LATENCIES,
     WindowFigures,
@@ -20,7 +21,8 @@ from router.economics.routes_report import (
     build_routes_report,
     report_routes,
 )
-from router.economics.shape import shapes
+from router.economics.schedule import recommended_schedule
+from router.economics.shape import Series, merged_series, shapes
 from router.state.latency import MAPPING, Counts, Histogram, Metric, add_counts
 
 _SERIES_FIELDS = ("requests", "errors", "busy_ms", "cost_usd", "tasks", "tasks_ok", "tokens_in", "tokens_out")
@@ -53,6 +55,7 @@ async def economics_report(
         for name in names
     }
     for name, shape in shapes(inputs, step).items():
+        _schedule(config.models[name], report["models"][name]["economics"], inputs[name][0], step)
         shape["token_distribution"] = {
             side: _distribution(
                 histograms[metric], [route_key(name, e.name) for e in config.models[name].endpoints]
@@ -120,3 +123,21 @@ def _endpoint_facts(endpoint: Any) -> dict[str, Any]:
         "usd_per_mtok_in": endpoint.usd_per_mtok_in,
         "usd_per_mtok_out": endpoint.usd_per_mtok_out,
     }
+
+
+def _schedule(model: ModelConfig, economics: dict[str, Any], series: Sequence[Series], step: int) -> None:
+    """The break-even schedule for the model's first dedicated endpoint, from every route's
+    busy time per slice (what could have run there), into the economics and its advice."""
+    if not model.dedicated:
+        return
+    busy = [(start, counts.get("busy_ms", 0.0) / 1000) for start, counts in merged_series(series)]
+    found = recommended_schedule(
+        model.dedicated[0].name,
+        slots_per_replica(model.dedicated[0]),
+        economics["what_if"].get("break_even_utilization"),
+        busy,
+        step,
+    )
+    if found is not None:
+        economics["schedule"], line = found
+        economics["recommendation"].append(line)

@@ -192,3 +192,11 @@ def test_the_report_matches_what_the_simulators_and_clients_counted(tmp_path, re
         blended["cost_usd"] / blended["successful_tasks"], rel=1e-4
     )
     assert economics["recommendation"], "the report always says something"
+    # the break-even schedule is there exactly when a replica can pay for itself
+    break_even = economics["what_if"]["break_even_utilization"]
+    assert break_even is not None
+    if break_even < 1:
+        assert len(economics["schedule"]["week"]) == 168
+        assert any("by the break-even rule" in line for line in economics["recommendation"])
+    else:
+        assert "schedule" not in economics

@@ -29,7 +29,6 @@ from router.offline.replay import Arrival
 
 HOUR_S = 3600.0
 WEEK_HOURS = 168
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,35 +191,6 @@ def slots_per_replica(options: Sequence[dict[int, HourOption]], counts: Sequence
     used = [hour[r].slots_per_replica for hour, r in zip(options, counts, strict=True) if r > 0]
     found = [s for s in used if s is not None]
     return Counter(found).most_common(1)[0][0] if found else None
-
-
-def config_schedule(week: Sequence[int]) -> tuple[int, list[dict[str, Any]]]:
-    """The base `replicas` (the most common count) and the `schedule` entries for the other
-    hours: one window per run of equal hours within a day, days with the same window merged."""
-    base = Counter(week).most_common(1)[0][0]
-    windows: dict[tuple[int, int, int], list[str]] = {}
-    for day in range(7):
-        hour = 0
-        while hour < 24:
-            r = week[day * 24 + hour]
-            end = hour
-            while end < 24 and week[day * 24 + end] == r:
-                end += 1
-            if r != base:
-                for start, stop in _split_whole_day(hour, end):
-                    windows.setdefault((start, stop, r), []).append(DAYS[day])
-            hour = end
-    entries = [
-        {"start": f"{start:02d}:00", "end": f"{stop % 24:02d}:00", "replicas": r}
-        | ({} if len(days) == 7 else {"days": days})
-        for (start, stop, r), days in sorted(windows.items())
-    ]
-    return base, entries
-
-
-def _split_whole_day(start: int, end: int) -> list[tuple[int, int]]:
-    """A window of a whole day cannot be written 00:00-00:00 (an empty window): two halves."""
-    return [(0, 12), (12, 24)] if (start, end) == (0, 24) else [(start, end)]
 
 
 def plan_hours(
