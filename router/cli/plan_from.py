@@ -20,8 +20,8 @@ from router.offline.synth import HOUR_S, synthesize_hours
 
 
 def hourly_requests(report: dict[str, Any], model: str) -> tuple[datetime, list[float]]:
-    """The model's requests per UTC hour over the report's window (first hour first, hours
-    without traffic 0), summed over its routes; and when the first hour starts."""
+    """The model's requests per UTC hour, summed over its routes, from the window's first hour
+    with traffic to its last (quiet hours between them 0); and when the first of them starts."""
     routes = (report.get("models") or {}).get(model, {}).get("routes")
     if not routes:
         raise ValueError(f"the gateway reports no routes for model {model!r}")
@@ -31,9 +31,10 @@ def hourly_requests(report: dict[str, Any], model: str) -> tuple[datetime, list[
         for start, counts in series.get(route_key(model, name), []):
             hour = int(start // HOUR_S)
             by_hour[hour] = by_hour.get(hour, 0.0) + float(counts.get("requests", 0.0))
-    if not by_hour or not any(by_hour.values()):
+    busy = [h for h, requests in by_hour.items() if requests > 0]
+    if not busy:
         raise ValueError(f"no requests for model {model!r} in the window")
-    first, last = min(by_hour), max(by_hour)
+    first, last = min(busy), max(busy)  # from the first hour with traffic to the last
     hours = [by_hour.get(h, 0.0) for h in range(first, last + 1)]
     return datetime.fromtimestamp(first * HOUR_S, UTC).replace(tzinfo=None), hours
 

@@ -29,6 +29,13 @@ def test_hourly_requests_sum_the_routes_per_utc_hour_with_quiet_hours_as_zero():
     start, hours = hourly_requests(_report(series), "m")
     assert start == datetime(2026, 1, 5, 9, 0)
     assert hours == [17.0, 0.0, 7.0]
+    # quiet slices before the first request and after the last do not start or end the hours
+    series["m/ded"] = [
+        [MONDAY_9 - 7200, {"requests": 0.0}],
+        *series["m/ded"],
+        [MONDAY_9 + 5 * 3600, {"requests": 0.0}],
+    ]
+    assert hourly_requests(_report(series), "m") == (start, hours)
 
 
 @pytest.mark.parametrize(
