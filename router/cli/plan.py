@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +165,9 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(inputs, str):
         print(f"tidegate plan: {inputs}", file=sys.stderr)
         return 2
-    rows, system, d, s = inputs
+    rows, system, d, s, gateway_start = inputs
     if args.schedule:
-        return plan_schedule.run(args, rows, system, console)
+        return plan_schedule.run(args, rows, system, console, gateway_start)
     span_s = (args.minutes * 60) if args.minutes is not None else rows[-1].at_s
     plans = _grid(args).plans()
     started = time.perf_counter()
@@ -203,8 +204,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _inputs(
     args: argparse.Namespace, console: Console
-) -> tuple[list[Arrival], System, DedicatedCalibration, ServerlessCalibration] | str:
-    """The trace's rows and the system to model, or what is wrong with the arguments."""
+) -> tuple[list[Arrival], System, DedicatedCalibration, ServerlessCalibration, datetime | None] | str:
+    """The trace's rows, the system to model and, with --from, when the gateway's first hour
+    of traffic started; or what is wrong with the arguments."""
+    start = None
     try:
         dedicated_endpoint, serverless_endpoint, window_s, max_waiters = _from_config(args)
         d = _dedicated(args, dedicated_endpoint)
@@ -221,7 +224,6 @@ def _inputs(
                 load(Path(args.trace), args.format),
                 seed=args.seed,
             )
-            args.trace_start = args.trace_start or start.isoformat()
         else:
             rows = window(load(Path(args.trace), args.format), args.start, args.minutes)
         rows = scale_rate(rows, args.scale_rate, seed=args.seed)
@@ -231,7 +233,7 @@ def _inputs(
         return "no rows in that window"
     if args.price_sweep and 0 not in args.replicas:
         return "--price-sweep compares with all-serverless: keep 0 in --replicas"
-    return rows, System(d, s, window_s=window_s, max_waiters=max_waiters), d, s
+    return rows, System(d, s, window_s=window_s, max_waiters=max_waiters), d, s, start
 
 
 def _write(found: dict[str, Any], args: argparse.Namespace, requests: int, elapsed: float) -> int:

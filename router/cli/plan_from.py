@@ -15,8 +15,9 @@ from typing import Any
 
 from policies.types import route_key
 from router.cli.admin_client import call_admin
+from router.economics.schedule import HOUR_S
 from router.offline.replay import Arrival
-from router.offline.synth import HOUR_S, synthesize_hours
+from router.offline.synth import synthesize_hours
 
 
 def hourly_requests(report: dict[str, Any], model: str) -> tuple[datetime, list[float]]:

@@ -9,7 +9,6 @@ config lines; writes schedule.json (every hour's cost on each route) to `--out`.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,10 +20,10 @@ from rich.console import Console
 from rich.table import Table
 
 from router.cli.progress import counting
-from router.economics.schedule import DAYS, config_schedule
+from router.config import WEEKDAYS
+from router.economics.schedule import HOUR_S, config_schedule
 from router.offline.planner.model import System
 from router.offline.planner.schedule import (
-    HOUR_S,
     choose_counts,
     compare,
     hours,
@@ -32,25 +31,30 @@ from router.offline.planner.schedule import (
     slots_per_replica,
     week_counts,
 )
-from router.offline.replay import Arrival, detect
+from router.offline.replay import Arrival, detect, first_azure_time
 
 
-def trace_start(path: Path, fmt: str | None, given: str | None) -> datetime:
-    """When the trace's first row was sent: `--trace-start`, else an Azure CSV's first
-    timestamp, else Monday 00:00 (the hours then count from the first row)."""
+def trace_start(path: Path, fmt: str | None, given: str | None, known: datetime | None = None) -> datetime:
+    """When the trace's first row was sent: `--trace-start`, else `known` (a gateway's first
+    hour with traffic, for --from), else an Azure CSV's first timestamp, else Monday 00:00 (the
+    hours then count from the first row)."""
     if given is not None:
         return datetime.fromisoformat(given)
-    if (fmt or detect(path)) == "azure":
-        with path.open(encoding="utf-8", newline="") as f:
-            first = next(csv.DictReader(f), None)
-        if first is not None:
-            return datetime.fromisoformat(first["TIMESTAMP"][:26])
-    return datetime(2026, 1, 5)  # a Monday
+    if known is not None:
+        return known
+    first = first_azure_time(path) if (fmt or detect(path)) == "azure" else None
+    return first or datetime(2026, 1, 5)  # a Monday
 
 
-def run(args: argparse.Namespace, rows: list[Arrival], system: System, console: Console) -> int:
+def run(
+    args: argparse.Namespace,
+    rows: list[Arrival],
+    system: System,
+    console: Console,
+    known: datetime | None = None,
+) -> int:
     try:
-        start = trace_start(Path(args.trace), args.format, args.trace_start)
+        start = trace_start(Path(args.trace), args.format, args.trace_start, known)
     except (OSError, ValueError, KeyError) as exc:
         print(f"tidegate plan: --trace-start: {exc}", file=sys.stderr)
         return 2
@@ -117,7 +121,7 @@ def _print(found: dict[str, Any]) -> None:
     grid = Table(title="dedicated replicas per hour (UTC)", show_edge=False)
     grid.add_column("day")
     grid.add_column("00 .. 23")
-    for day, name in enumerate(DAYS):
+    for day, name in enumerate(WEEKDAYS):
         grid.add_row(name, " ".join(str(r) for r in found["week"][day * 24 : day * 24 + 24]))
     console.print(grid)
     table = Table(title="the schedule against the pure strategies (same per-hour model)")

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from router.cli.options import add_options, option
+from router.cli.progress import counting
 from router.offline import synth
 from router.offline.replay import FORMATS, Arrival, load
 
@@ -98,15 +98,8 @@ def _write(
     written: list[tuple[int, int]] = []
     with (
         out.open("w", encoding="utf-8", newline="") as f,
-        Progress(
-            TextColumn("synthesizing hours"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=console,
-            transient=True,
-        ) as progress,
+        counting(console, "synthesizing hours", synth.hour_count(days)) as advance,
     ):
-        task = progress.add_task("hours", total=synth.hour_count(days))
         writer = csv.writer(f)
         writer.writerow(("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
         for hour in hours:
@@ -114,7 +107,7 @@ def _write(
                 at = start + timedelta(seconds=a.at_s)
                 writer.writerow((at.strftime("%Y-%m-%d %H:%M:%S.%f"), a.input_tokens, a.output_tokens))
             written.append((len(hour), sum(a.input_tokens + a.output_tokens for a in hour)))
-            progress.advance(task)
+            advance()
     return written
 
 

@@ -22,7 +22,7 @@ from router.economics.routes_report import (
     report_routes,
 )
 from router.economics.schedule import recommended_schedule
-from router.economics.shape import Series, merged_series, shapes
+from router.economics.shape import Series, merged_series, traffic_shape
 from router.state.latency import MAPPING, Counts, Histogram, Metric, add_counts
 
 _SERIES_FIELDS = ("requests", "errors", "busy_ms", "cost_usd", "tasks", "tasks_ok", "tokens_in", "tokens_out")
@@ -47,15 +47,11 @@ async def economics_report(
     names = [model] if model else list(config.models)
     report["models"] = {name: report["models"][name] for name in names}
     routes = [route_key(name, e.name) for name in names for e in config.models[name].endpoints]
-    inputs = {
-        name: (
-            [series[route_key(name, e.name)] for e in config.models[name].endpoints],
-            sum(d.max_concurrency for d in config.models[name].dedicated),
-        )
-        for name in names
-    }
-    for name, shape in shapes(inputs, step).items():
-        _schedule(config.models[name], report["models"][name]["economics"], inputs[name][0], step)
+    for name in names:
+        merged = merged_series([series[route_key(name, e.name)] for e in config.models[name].endpoints])
+        capacity = sum(d.max_concurrency for d in config.models[name].dedicated)
+        shape = traffic_shape(merged, step, capacity)
+        _schedule(config.models[name], report["models"][name]["economics"], merged)
         shape["token_distribution"] = {
             side: _distribution(
                 histograms[metric], [route_key(name, e.name) for e in config.models[name].endpoints]
@@ -125,18 +121,17 @@ def _endpoint_facts(endpoint: Any) -> dict[str, Any]:
     }
 
 
-def _schedule(model: ModelConfig, economics: dict[str, Any], series: Sequence[Series], step: int) -> None:
+def _schedule(model: ModelConfig, economics: dict[str, Any], merged: Series) -> None:
     """The break-even schedule for the model's first dedicated endpoint, from every route's
     busy time per slice (what could have run there), into the economics and its advice."""
     if not model.dedicated:
         return
-    busy = [(start, counts.get("busy_ms", 0.0) / 1000) for start, counts in merged_series(series)]
+    busy = [(start, counts.get("busy_ms", 0.0) / 1000) for start, counts in merged]
     found = recommended_schedule(
         model.dedicated[0].name,
         slots_per_replica(model.dedicated[0]),
         economics["what_if"].get("break_even_utilization"),
         busy,
-        step,
     )
     if found is not None:
         economics["schedule"], line = found

@@ -16,12 +16,13 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from router.config import WEEKDAYS
 
+HOUR_S = 3600.0
 WEEK_HOURS = 168
-DAYS = WEEKDAYS
+N = TypeVar("N", int, float)
 
 
 def config_schedule(week: Sequence[int]) -> tuple[int, list[dict[str, Any]]]:
@@ -38,7 +39,7 @@ def config_schedule(week: Sequence[int]) -> tuple[int, list[dict[str, Any]]]:
                 end += 1
             if r != base:
                 for start, stop in _split_whole_day(hour, end):
-                    windows.setdefault((start, stop, r), []).append(DAYS[day])
+                    windows.setdefault((start, stop, r), []).append(WEEKDAYS[day])
             hour = end
     entries = [
         {"start": f"{start:02d}:00", "end": f"{stop % 24:02d}:00", "replicas": r}
@@ -53,7 +54,17 @@ def _split_whole_day(start: int, end: int) -> list[tuple[int, int]]:
     return [(0, 12), (12, 24)] if (start, end) == (0, 24) else [(start, end)]
 
 
-def weekly_demand(series: Sequence[tuple[int, float]], step_s: int) -> list[float | None]:
+def by_time_of_day(week: Sequence[N | None], missing: N) -> list[N]:
+    """Each hour of the week as given; an hour not given (None) takes the largest given at the
+    same time of day, else `missing` (a trace or window shorter than a week repeats its days)."""
+    largest: dict[int, N] = {}
+    for h, value in enumerate(week):
+        if value is not None:
+            largest[h % 24] = max(largest.get(h % 24, value), value)
+    return [value if value is not None else largest.get(h % 24, missing) for h, value in enumerate(week)]
+
+
+def weekly_demand(series: Sequence[tuple[int, float]]) -> list[float | None]:
     """Per hour of the week (Monday 00:00 UTC first), the mean requests in flight over the
     window's hours at that time, from (slice start, busy seconds) pairs; None for an hour of
     the week the window does not cover."""
@@ -63,8 +74,8 @@ def weekly_demand(series: Sequence[tuple[int, float]], step_s: int) -> list[floa
         when = datetime.fromtimestamp(start, UTC)
         hour = when.weekday() * 24 + when.hour
         busy[hour] = busy.get(hour, 0.0) + busy_s
-        seen.setdefault(hour, set()).add(start // 3600)
-    return [busy[h] / (3600 * len(seen[h])) if h in seen and step_s > 0 else None for h in range(WEEK_HOURS)]
+        seen.setdefault(hour, set()).add(int(start // HOUR_S))
+    return [busy[h] / (HOUR_S * len(seen[h])) if h in seen else None for h in range(WEEK_HOURS)]
 
 
 def break_even_counts(
@@ -72,16 +83,10 @@ def break_even_counts(
 ) -> list[int]:
     """Replicas worth running in each hour of the week by the break-even rule; an hour the
     window did not cover takes the busiest covered hour at the same time of day."""
-    by_time_of_day: dict[int, float] = {}
-    for h, value in enumerate(demand):
-        if value is not None:
-            by_time_of_day[h % 24] = max(by_time_of_day.get(h % 24, 0.0), value)
     counts = []
-    for h, value in enumerate(demand):
-        replicas_worth = (value if value is not None else by_time_of_day.get(h % 24, 0.0)) / slots_per_replica
-        counts.append(
-            max(0, math.floor(replicas_worth - break_even) + 1) if replicas_worth >= break_even else 0
-        )
+    for in_flight in by_time_of_day(demand, 0.0):
+        replicas_worth = in_flight / slots_per_replica
+        counts.append(math.floor(replicas_worth - break_even) + 1 if replicas_worth >= break_even else 0)
     return counts
 
 
@@ -90,13 +95,12 @@ def recommended_schedule(
     slots_per_replica: float,
     break_even: float | None,
     series: Sequence[tuple[int, float]],
-    step_s: int,
 ) -> tuple[dict[str, Any], str] | None:
     """The report's schedule for a model's first dedicated endpoint, and its recommendation
     line; None when the break-even is unknown or over 100% (no hour can pay)."""
     if break_even is None or break_even >= 1 or slots_per_replica <= 0 or not series:
         return None
-    week = break_even_counts(weekly_demand(series, step_s), slots_per_replica, break_even)
+    week = break_even_counts(weekly_demand(series), slots_per_replica, break_even)
     base, entries = config_schedule(week)
     paying = sum(1 for r in week if r > 0)
     line = (

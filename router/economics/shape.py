@@ -11,7 +11,7 @@ capacity.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,11 +94,3 @@ def _by(series: Series, field: str, buckets: int) -> list[int]:
     for start, counts in series:
         out[int(datetime.fromtimestamp(start, UTC).strftime(field))] += int(counts.get("requests", 0.0))
     return out
-
-
-def shapes(models: Mapping[str, tuple[Sequence[Series], int]], step_s: int) -> dict[str, dict[str, Any]]:
-    """Per model: (its routes' series, its dedicated capacity) -> its shape."""
-    return {
-        name: traffic_shape(merged_series(series), step_s, capacity)
-        for name, (series, capacity) in models.items()
-    }

@@ -54,6 +54,18 @@ def detect(path: Path) -> str:
     raise ValueError(f"{path}: not an Azure CSV, a Mooncake JSONL or a tidegate access log")
 
 
+def azure_time(row: dict[str, str]) -> datetime:
+    """An Azure CSV row's TIMESTAMP (seven decimals of seconds: Python reads six)."""
+    return datetime.fromisoformat(row["TIMESTAMP"][:26])
+
+
+def first_azure_time(path: Path) -> datetime | None:
+    """When an Azure CSV's first row was sent (None: no rows)."""
+    with path.open(encoding="utf-8", newline="") as f:
+        first = next(csv.DictReader(f), None)
+    return None if first is None else azure_time(first)
+
+
 def load(path: Path, fmt: str | None = None) -> list[Arrival]:
     """Every row of a trace, in arrival order, times from its first row."""
     fmt = fmt or detect(path)
@@ -61,7 +73,7 @@ def load(path: Path, fmt: str | None = None) -> list[Arrival]:
     if fmt == "azure":
         with path.open(encoding="utf-8", newline="") as f:
             for row in csv.DictReader(f):
-                at = datetime.fromisoformat(row["TIMESTAMP"][:26]).timestamp()
+                at = azure_time(row).timestamp()
                 rows.append((at, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
     elif fmt == "mooncake":
         for line in path.read_bytes().splitlines():

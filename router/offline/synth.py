@@ -28,10 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from router.economics.schedule import HOUR_S, WEEK_HOURS
 from router.offline.replay import Arrival, scale_rate
-
-HOUR_S = 3600.0
-WEEK_HOURS = 168
 
 
 def _office_hours(hour_of_week: int) -> float:

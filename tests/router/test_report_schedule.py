@@ -21,12 +21,12 @@ def _slices(hours: dict[int, float], days: int = 7, step_s: int = 600) -> list[t
 
 
 def test_weekly_demand_is_the_mean_in_flight_per_hour_of_the_week():
-    demand = weekly_demand(_slices({9: 12.0, 33: 6.0}), 600)
+    demand = weekly_demand(_slices({9: 12.0, 33: 6.0}))
     assert demand[9] == pytest.approx(12.0) and demand[33] == pytest.approx(6.0) and demand[10] == 0.0
     two_weeks = _slices({9: 12.0}, days=14)
     quiet_second_monday = [(s, b if s < MONDAY + 7 * 86400 else 0.0) for s, b in two_weeks]
-    assert weekly_demand(quiet_second_monday, 600)[9] == pytest.approx(6.0)  # the mean of two Mondays
-    one_day = weekly_demand(_slices({9: 12.0}, days=1), 600)
+    assert weekly_demand(quiet_second_monday)[9] == pytest.approx(6.0)  # the mean of two Mondays
+    one_day = weekly_demand(_slices({9: 12.0}, days=1))
     assert one_day[9] == pytest.approx(12.0) and one_day[24 + 9] is None  # Tuesday not in the window
 
 
@@ -41,7 +41,7 @@ def test_a_replica_counts_where_the_demand_left_for_it_beats_the_break_even():
 
 def test_the_report_recommends_office_hours_and_nothing_where_dedicated_cannot_pay():
     series = _slices({d * 24 + h: 20.0 for d in range(5) for h in range(9, 18)})
-    found = recommended_schedule("pool", 16, 0.3, series, 600)
+    found = recommended_schedule("pool", 16, 0.3, series)
     assert found is not None
     schedule, line = found
     assert schedule["config"]["replicas"] == 0
@@ -49,5 +49,5 @@ def test_the_report_recommends_office_hours_and_nothing_where_dedicated_cannot_p
         {"start": "09:00", "end": "18:00", "replicas": 1, "days": ["mon", "tue", "wed", "thu", "fri"]}
     ]
     assert "45 of the week's 168 hours" in line and "tidegate plan" in line
-    assert recommended_schedule("pool", 16, 1.2, series, 600) is None  # over 100%: never pays
-    assert recommended_schedule("pool", 16, None, series, 600) is None
+    assert recommended_schedule("pool", 16, 1.2, series) is None  # over 100%: never pays
+    assert recommended_schedule("pool", 16, None, series) is None

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from router.cli.main import main
+from router.economics.schedule import WEEK_HOURS
 from router.offline.replay import Arrival, load
 from router.offline.synth import (
     ENVELOPES,
-    WEEK_HOURS,
     EnvelopeError,
     Volume,
     envelope,

@@ -22,13 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from router.economics.schedule import HOUR_S, WEEK_HOURS, by_time_of_day
 from router.offline.planner.model import Plan, System
 from router.offline.planner.sweep import evaluate
 from router.offline.planner.workers import in_processes
 from router.offline.replay import Arrival
-
-HOUR_S = 3600.0
-WEEK_HOURS = 168
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +82,8 @@ def _option(
     rows: Sequence[Arrival], plan: Plan, system: System, slo_ttft_ms: float, target: float
 ) -> HourOption:
     dedicated_usd = plan.replicas * system.dedicated.usd_per_hour
+    slots = plan.max_concurrency if plan.replicas else None
     if not rows:
-        slots = plan.max_concurrency if plan.replicas else None
         return HourOption(
             plan.replicas, dedicated_usd, dedicated_usd, 0.0, 0, 0.0, 0.0, True, plan.label, slots
         )
@@ -101,7 +99,7 @@ def _option(
         spill_share=float(r["spill_share"] or 0.0),
         meets=attainment >= target,
         plan=plan.label,
-        slots_per_replica=plan.max_concurrency if plan.replicas else None,
+        slots_per_replica=slots,
     )
 
 
@@ -175,14 +173,12 @@ def week_counts(counts: Sequence[int], first_hour_of_week: int) -> list[int]:
     """The count for each hour of the week (Monday 00:00 first): the largest chosen for that
     hour over the trace's weeks. An hour the trace does not cover takes the largest chosen at
     the same hour of the days it does (a day's trace: the same count every day)."""
-    by_hour: dict[int, int] = {}
-    by_hour_of_day: dict[int, int] = {}
+    week: list[int | None] = [None] * WEEK_HOURS
     for i, r in enumerate(counts):
         h = (first_hour_of_week + i) % WEEK_HOURS
-        by_hour[h] = max(by_hour.get(h, 0), r)
-        by_hour_of_day[h % 24] = max(by_hour_of_day.get(h % 24, 0), r)
+        week[h] = max(week[h] or 0, r)
     common = Counter(counts).most_common(1)[0][0] if counts else 0
-    return [by_hour.get(h, by_hour_of_day.get(h % 24, common)) for h in range(WEEK_HOURS)]
+    return by_time_of_day(week, common)
 
 
 def slots_per_replica(options: Sequence[dict[int, HourOption]], counts: Sequence[int]) -> int | None:
