@@ -2,7 +2,8 @@
 picker decides.
 
 Contract: a filter returns a non-empty subset of the candidates it was given (in their
-order) plus a reason when it removed something; the first filter reason wins over the
+order) plus a reason when its removal explains the decision (the parity gate removes without
+one: it narrows where a spill may go, it decides no request's route); the first filter reason wins over the
 picker's, because it explains why the preferred target was never considered (except
 `saturated` or `predicted_slow` from the picker, which say the remaining dedicated pool was
 full or predicted too slow too). A sorter
@@ -53,8 +54,9 @@ class Pipeline:
         reason: Reason | None = None
         for step in self._filters:
             kept, why = step.filter(context, snapshot, candidates)
-            if kept and why is not None:
-                candidates, reason = kept, reason or why
+            if kept:
+                candidates = kept
+                reason = reason or why
         for sorter in self._sorters:
             candidates = sorter.sort(context, snapshot, candidates)
         decision = self._picker.decide(context, snapshot, candidates)

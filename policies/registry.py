@@ -18,6 +18,7 @@ from policies.canary import CanaryGate
 from policies.dedicated_first import DedicatedFirst
 from policies.engine import EngineGate
 from policies.health import CircuitGate
+from policies.parity import ParityGate
 from policies.pipeline import Pipeline, Sorter
 from policies.predicted_ttft import Admission, PredictedTtftFirst
 from policies.serverless import FastestServerless, ServerlessOrder
@@ -46,6 +47,11 @@ class SloBudget(Protocol):
     def admission_budget_ms(self) -> float | None: ...
 
 
+class ParitySettings(Protocol):
+    @property
+    def enforce(self) -> bool: ...
+
+
 class ModelSettings(Protocol):
     @property
     def canary_percent(self) -> float: ...
@@ -55,6 +61,9 @@ class ModelSettings(Protocol):
 
     @property
     def slo(self) -> SloBudget: ...
+
+    @property
+    def parity(self) -> ParitySettings: ...
 
 
 PolicyFactory = Callable[[ModelSettings], Policy]
@@ -89,11 +98,17 @@ PICKERS: Mapping[Admission, Callable[[ModelSettings], Policy]] = MappingProxyTyp
 
 
 def _dedicated_first(model: ModelSettings) -> Policy:
-    """canary gate -> circuit gate -> SLO guard -> engine signal -> serverless order ->
+    """canary gate -> parity gate -> circuit gate -> SLO guard -> engine signal -> serverless order ->
     dedicated first: by free slots (with the optional wait in line for one), or by predicted
     TTFT (`routing.admission`)."""
     return Pipeline(
-        filters=(CanaryGate(model.canary_percent), CircuitGate(), SloGuard(), EngineGate()),
+        filters=(
+            CanaryGate(model.canary_percent),
+            ParityGate(model.parity.enforce),
+            CircuitGate(),
+            SloGuard(),
+            EngineGate(),
+        ),
         sorters=SERVERLESS_ORDERS[model.routing.serverless](model.routing),
         picker=PICKERS[model.routing.admission](model),
     )

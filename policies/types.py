@@ -117,6 +117,8 @@ class Snapshot:
     # model -> serverless endpoint names, fastest first, as `tidegate probe --apply` measured
     # them: `fastest` orders routes without live figures by it
     probe_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # model -> endpoints whose last applied `tidegate parity` verdict is `diverges`
+    parity_diverges: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # pool -> prompt tokens admitted and not yet at their first token (every process's)
     pending_prompt_tokens: Mapping[str, int] = field(default_factory=dict)
     prefill: Mapping[str, PrefillModel] = field(default_factory=dict)  # pool -> its TTFT model

@@ -199,3 +199,19 @@ def _noise_on_thin_data(check: str) -> bool:
         "success_rate_ratio",
         "cost_per_success_ratio",
     )
+
+
+def with_parity(analysis: Analysis, diverging: list[str], tested: bool, enforce: bool) -> Analysis:
+    """The analysis with the `parity` check: did the last applied `tidegate parity` run find a
+    dedicated endpoint of the model diverging (`tested`: it judged one at all)? With
+    `parity.enforce` a passing analysis then holds instead of stepping up (inconclusive, not
+    a failure: the numbers are fine, the answers are not yet trusted); a failed one stays
+    failed."""
+    if not tested:
+        return analysis
+    check = Check("parity", FAIL if diverging else PASS, None, None, 0.0)
+    found = replace(analysis, checks=(*analysis.checks, check))
+    if not diverging or not enforce or analysis.verdict is not Verdict.PASS:
+        return found
+    reason = f"holds: parity: {', '.join(diverging)} diverges in the last parity run"
+    return replace(found, verdict=Verdict.INCONCLUSIVE, reason=reason)

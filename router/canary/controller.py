@@ -33,7 +33,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from policies.types import Snapshot, route_key
-from router.canary.analysis import Analysis, Side, analyse
+from router.canary.analysis import Analysis, Side, analyse, with_parity
 from router.canary.gauges import CanaryGauges
 from router.canary.run import (
     IDLE,
@@ -52,7 +52,8 @@ from router.errors import StoreUnavailable
 from router.periodic import stop
 from router.record.callers import callers_of
 from router.state.latency import Counts, Histogram, Metric, add_counts
-from router.state.roles import CanaryRuns, Leadership, Windows
+from router.state.rankings import verdicts_of
+from router.state.roles import CanaryRuns, Leadership, Rankings, Windows
 
 log = logging.getLogger("tidegate")
 events_log = logging.getLogger("tidegate.canary")
@@ -62,7 +63,7 @@ TICK_S = 1.0  # how often the controller renews its lease and looks at the runs
 _CAS_TRIES = 8
 
 
-class CanaryStore(Leadership, CanaryRuns, Windows, Protocol):
+class CanaryStore(Leadership, CanaryRuns, Windows, Rankings, Protocol):
     """The state store as the controller uses it (router/state/roles.py)."""
 
 
@@ -215,13 +216,17 @@ class CanaryController:
             callers_of(counts.get(r, {}) for r in serverless),
             canary.max_caller_share,
         )
-        return analyse(
+        found = analyse(
             _side(dedicated, counts, ttft, itl, cost=ded_cost, weighted=ded_rates),
             _side(serverless, counts, ttft, itl, cost=None, weighted=sl_rates),
             canary.checks,
             canary.min_samples,
             canary.min_callers,
         )
+        judged = verdicts_of(await self._store.parity(model))
+        names = [e.name for e in config.dedicated if e.name in judged]
+        diverging = [name for name in names if judged[name] == "diverges"]
+        return with_parity(found, diverging, bool(names), config.parity.enforce)
 
     # --- admin (any replica) ------------------------------------------------------------
 

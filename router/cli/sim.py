@@ -12,7 +12,7 @@ from router.cli.options import add_options, option
 from router.cli.serving import Served, bind
 from router.cli.serving import run as serve
 from router.offline import calibration
-from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
+from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, Persona, SimProfile
 
 _D, _F = SimProfile(), Faults()  # the defaults the options show
 _OPTIONS = (
@@ -108,6 +108,18 @@ _OPTIONS = (
         "--cut-rate", type=float, default=_F.cut_rate, help="share of streams whose connection drops halfway"
     ),
     option("--reject-rate", type=float, default=_F.reject_rate, help="share answered 400 (context length)"),
+    option(
+        "--persona",
+        choices=[p.value for p in Persona],
+        default=_D.persona.value,
+        help="how its answers diverge from a faithful model's (docs/parity.md)",
+    ),
+    option(
+        "--persona-share",
+        type=float,
+        default=_D.persona_share,
+        help="the share of requests the persona drifts on (decided by a hash of --seed and the body)",
+    ),
 )
 
 
@@ -145,7 +157,11 @@ def sim_profile(args: argparse.Namespace) -> SimProfile:
             args.cut_rate,
             args.reject_rate,
         ),
+        persona=Persona(args.persona),
+        persona_share=args.persona_share,
     )
+    if not 0 <= args.persona_share <= 1:
+        raise ValueError("--persona-share must be from 0 to 1")
     if args.calibration is not None:
         profile = _calibrated(profile, args.calibration)
     given = {

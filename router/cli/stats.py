@@ -56,7 +56,9 @@ def _row(route: str, r: dict[str, Any]) -> list[str]:
         _ms(ttft.get("p95")),
         _ms(ttft.get("p99")),
         f"{ttft['cv_percent']:.0f}" if ttft else "-",
-        (f"[{style}]{escape(verdict)}[/]" if style else escape(verdict) if verdict else "-") + _probe_flag(r),
+        (f"[{style}]{escape(verdict)}[/]" if style else escape(verdict) if verdict else "-")
+        + _probe_flag(r)
+        + _parity_flag(r),
         _ms(r["itl_p50_ms"]),
         _ms(r["e2e_p95_ms"]),
         str(r.get("in_flight", "-")),
@@ -70,6 +72,18 @@ def _probe_flag(route: dict[str, Any]) -> str:
     """A route an applied probe judged not production-ready (CV over 300%)."""
     probe = route.get("probe") or {}
     return f" [bold red](probe: CV {probe['cv_percent']:.0f}%)[/]" if probe.get("flagged") else ""
+
+
+def _parity_flag(route: dict[str, Any]) -> str:
+    """A route the last applied parity run found diverging: out of the spill order when enforced."""
+    parity = route.get("parity") or {}
+    if parity.get("verdict") != "diverges":
+        return ""
+    return (
+        " [bold red](parity_diverges: out of the spill order)[/]"
+        if parity.get("excluded")
+        else (" [yellow](parity: diverges, not enforced)[/]")
+    )
 
 
 def _ms(value: float | None) -> str:

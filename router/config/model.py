@@ -146,6 +146,15 @@ class HedgeConfig(Frozen):
     min_hedges: Annotated[int, Field(ge=0, le=1000)] = 1  # per window, whatever the share
 
 
+class ParityConfig(Frozen):
+    """What an applied `tidegate parity` run does (docs/parity.md). With `enforce`, an endpoint
+    whose last verdict is `diverges` leaves the spill order on every replica, and the canary
+    controller holds (never steps up) while a dedicated endpoint's last verdict diverges.
+    Without it the verdicts are only shown."""
+
+    enforce: bool = False
+
+
 class ModelConfig(Frozen):
     policy: str = "dedicated_first"  # a name from policies.registry
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
@@ -157,6 +166,7 @@ class ModelConfig(Frozen):
     success: SuccessConfig = SuccessConfig()
     canary: CanaryControllerConfig | None = None  # the canary controller; none: set by hand only
     hedge: HedgeConfig | None = None  # none: a slow first token is waited for, never hedged
+    parity: ParityConfig = ParityConfig()
     dedicated: tuple[DedicatedEndpoint, ...] = ()
     serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order
 

@@ -1,5 +1,5 @@
 """The admin API: a model's configuration and live state, the routes and economics reports,
-its canary percent and run, and the applied probe ranking.
+its canary percent and run, and the applied probe ranking and parity verdicts.
 
 Every route needs `Authorization: Bearer <auth.admin_key>`; with no admin key configured
 the admin API answers 403. A body is read only after the key was checked, within
@@ -18,7 +18,7 @@ from router.config import GatewayConfig, ModelConfig
 from router.economics.report import economics_report
 from router.economics.routes_report import parse_window, routes_report
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
-from router.http.admin_views import model_view, probe_view, ranking_to_store
+from router.http.admin_views import model_view, parity_to_store, parity_view, probe_view, ranking_to_store
 from router.http.auth import KeyDigests, bearer_token
 from router.http.bodies import read_body
 from router.openai import json_object
@@ -54,7 +54,8 @@ class Admin:
         return found
 
     async def describe(self, model: str) -> dict[str, Any]:
-        view = model_view(model, self.model(model), self.signals.snapshot(), await self.store.probe(model))
+        cfg, snapshot = self.model(model), self.signals.snapshot()
+        view = model_view(model, cfg, snapshot, await self.store.probe(model), await self.store.parity(model))
         return view | {"window_s": self.config.state.window_s, "state_store": self.store.name}
 
     def window(self, window: str) -> float:
@@ -97,6 +98,11 @@ def _report_routes(router: APIRouter, admin: Admin) -> None:
                 route = entry["routes"].get(probe["endpoint"])
                 if route is not None:
                     route["probe"] = probe | {"at": probed["at"] if probed else None}
+            verdicts = parity_view(await admin.store.parity(model), admin.model(model))
+            for name, verdict in (verdicts or {}).get("endpoints", {}).items():
+                route = entry["routes"].get(name)
+                if route is not None:
+                    route["parity"] = verdict | {"at": verdicts["at"] if verdicts else None}
         return found
 
     @router.get("/report")
@@ -129,6 +135,15 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
         until live figures take over; its verdicts are shown here and in the routes report."""
         ranking = ranking_to_store(model, admin.model(model), await admin.body(request))
         await admin.store.set_probe(model, ranking)
+        return await admin.describe(model)
+
+    @router.put("/models/{model}/parity")
+    async def put_parity(model: str, request: Request) -> dict[str, Any]:
+        """A `tidegate parity --apply` run's verdicts: with `parity.enforce` a diverging
+        serverless endpoint leaves the spill order and the canary holds while a dedicated one
+        diverges; shown here and in the routes report either way."""
+        verdicts = parity_to_store(model, admin.model(model), await admin.body(request))
+        await admin.store.set_parity(model, verdicts)
         return await admin.describe(model)
 
 

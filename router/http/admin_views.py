@@ -1,5 +1,6 @@
 """What the admin API shows of a model (its config, live state and routes) and how it reads a
-`tidegate probe --apply` ranking: pure functions of the config and a snapshot."""
+`tidegate probe --apply` ranking and `tidegate parity --apply` verdicts: pure functions of the
+config and a snapshot."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ _SECRETS: Any = {
 }
 
 
-def model_view(model: str, cfg: ModelConfig, snapshot: Snapshot, ranking: bytes | None) -> dict[str, Any]:
+def model_view(
+    model: str, cfg: ModelConfig, snapshot: Snapshot, ranking: bytes | None, parity: bytes | None = None
+) -> dict[str, Any]:
     """A model as `GET /admin/models/{model}` shows it (never an upstream's key)."""
     return {
         "model": model,
@@ -39,6 +42,7 @@ def model_view(model: str, cfg: ModelConfig, snapshot: Snapshot, ranking: bytes 
         },
         "serverless_order": serverless_order(model, cfg, snapshot),
         "probe": probe_view(ranking),
+        "parity": parity_view(parity, cfg),
     }
 
 
@@ -116,3 +120,57 @@ def _ranked(entry: dict[str, Any]) -> dict[str, Any]:
         value = entry.get(name)
         kept[name] = value[:200] if isinstance(value, str) else None
     return kept
+
+
+VERDICTS = ("parity", "diverges", "inconclusive", "reference")
+
+
+def parity_to_store(model: str, cfg: ModelConfig, body: dict[str, Any]) -> bytes:
+    """A `PUT .../parity` body (`tidegate parity --apply`) as the stores keep it: per endpoint
+    of the model its verdict, why, pass rate, agreement and failed cases; known fields only,
+    text cut short. InvalidRequest names what is wrong."""
+    endpoints = body.get("endpoints")
+    names = {e.name for e in cfg.endpoints}
+    if (
+        not isinstance(endpoints, dict)
+        or not endpoints
+        or not all(isinstance(v, dict) for v in endpoints.values())
+    ):
+        raise InvalidRequest("'endpoints' must map endpoint names to {verdict, ...}", param="endpoints")
+    unknown = sorted(set(endpoints) - names)
+    if unknown:
+        raise InvalidRequest(f"not an endpoint of {model}: {unknown[0]!r}", param="endpoints")
+    kept = {}
+    for name, entry in endpoints.items():
+        if entry.get("verdict") not in VERDICTS:
+            raise InvalidRequest(
+                f"endpoints.{name}.verdict must be one of {', '.join(VERDICTS)}", param="endpoints"
+            )
+        cases = entry.get("failed_cases")
+        kept[name] = {
+            "verdict": entry["verdict"],
+            "why": str(entry.get("why", ""))[:300],
+            "pass_rate": _number(entry.get("pass_rate")),
+            "agreement": _number(entry.get("agreement")),
+            "failed_cases": [str(c)[:100] for c in cases[:50]] if isinstance(cases, list) else [],
+        }
+    reference = str(body.get("reference", ""))[:100]
+    return orjson.dumps({"endpoints": kept, "reference": reference, "at": str(body.get("at", ""))[:64]})
+
+
+def parity_view(raw: bytes | None, cfg: ModelConfig) -> dict[str, Any] | None:
+    """The applied parity verdicts, each endpoint marked whether it is out of the spill order
+    now (`excluded`: enforce is on, it diverges, and it is a serverless endpoint)."""
+    if raw is None:
+        return None
+    found: dict[str, Any] = orjson.loads(raw)
+    serverless = {e.name for e in cfg.serverless}
+    for name, entry in found.get("endpoints", {}).items():
+        out = cfg.parity.enforce and entry.get("verdict") == "diverges" and name in serverless
+        entry["excluded"] = out
+        entry["reason"] = "parity_diverges" if out else None
+    return found | {"enforce": cfg.parity.enforce}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -28,9 +28,9 @@ from starlette.routing import Route
 
 from router.errors import error_body
 from router.http.disconnect import unless_client_leaves
-from router.sim import answers, bodies, validation
+from router.sim import answers, bodies, persona, validation
 from router.sim.engine import Engine
-from router.sim.profile import SimProfile
+from router.sim.profile import Persona, SimProfile
 
 _JSON = "application/json"
 _KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "text", "/v1/responses": "responses"}
@@ -51,6 +51,8 @@ class SimState:
     def update(self, changes: dict[str, Any]) -> None:
         faults = changes.pop("faults", None)
         ttft = changes.pop("ttft", None)
+        if "persona" in changes:
+            changes["persona"] = Persona(changes["persona"])  # ValueError: a 400
         profile = dataclasses.replace(self.profile, **changes)
         if isinstance(faults, dict):
             profile = dataclasses.replace(profile, faults=dataclasses.replace(profile.faults, **faults))
@@ -85,6 +87,7 @@ def _generation(state: SimState, kind: str) -> Any:
         if wanted_out is not None:  # a replayed trace row: its answer length, ending with `stop`
             profile = replace(profile, default_output_tokens=wanted_out, answer_tokens_p50=None)
         choices = answers.plan(payload, profile, state.engine.rng)
+        choices = persona.apply(profile.persona, profile.persona_share, profile.seed, payload, choices)
         n_in = _header_tokens(request, "x-sim-prompt-tokens") or _input_tokens(payload)
         n_out = sum(c.tokens for c in choices)
         logprobs = _logprobs(payload, kind)

@@ -22,12 +22,22 @@ the table's extreme values because the cold loads are capped at 90 s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from policies.types import EndpointKind
 from router.offline.calibration import SERVERLESS_PRESETS, TtftDistribution
 
 Kind = EndpointKind  # a simulator plays one of the gateway's endpoint kinds
-__all__ = ["SERVERLESS_PRESETS", "Faults", "Kind", "SimProfile", "TtftDistribution"]
+__all__ = ["SERVERLESS_PRESETS", "Faults", "Kind", "Persona", "SimProfile", "TtftDistribution"]
+
+
+class Persona(StrEnum):
+    """How the simulated model's answers diverge from a faithful one's (router/sim/persona.py)."""
+
+    FAITHFUL = "faithful"
+    SCHEMA_DRIFT = "schema-drift"
+    TOOL_DRIFT = "tool-drift"
+    REFUSER = "refuser"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,9 @@ class SimProfile:
     tokens_per_write: int = 1  # a stream sends its events this many at a time (fewer, larger writes)
     slowdown: float = 1.0  # multiplies every delay; raise it to rehearse a degraded upstream
     faults: Faults = field(default_factory=Faults)
+    # how its answers diverge from a faithful model's (router/sim/persona.py), on this share
+    persona: Persona = Persona.FAITHFUL
+    persona_share: float = 0.3
 
     def decode_step_s(self, running: int) -> float:
         """One sequence's inter-token interval with `running` sequences in the batch."""

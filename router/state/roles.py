@@ -132,6 +132,13 @@ class Rankings(Protocol):
     async def probe(self, model: str) -> bytes | None:
         """The model's applied probe ranking (JSON), if any."""
 
+    async def set_parity(self, model: str, verdicts: bytes) -> None:
+        """Keep a model's applied `tidegate parity` verdicts (JSON) for every process: its
+        diverging endpoints reach the snapshot (router/state/rankings.py)."""
+
+    async def parity(self, model: str) -> bytes | None:
+        """The model's applied parity verdicts (JSON), if any."""
+
 
 class Spend(Protocol):
     async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:

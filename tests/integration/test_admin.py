@@ -196,3 +196,32 @@ def test_cli_stats_watch_refreshes_until_interrupted(admin_gateway):
         os.close(terminal)
     assert watcher.returncode == 0, err
     assert "requests" in b"".join(shown).decode(errors="replace")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"endpoints": []},
+        {"endpoints": {"nope": {"verdict": "parity"}}},
+        {"endpoints": {"ded": {"verdict": "fine"}}},
+        {"endpoints": {"ded": "parity"}},
+    ],
+)
+def test_bad_parity_verdicts_are_400_and_change_nothing(admin_gateway, body):
+    response = httpx.put(admin_gateway.url + "/admin/models/m/parity", json=body, headers=ADMIN)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "endpoints"
+    shown = httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()
+    assert shown["parity"] is None
+
+
+def test_applied_parity_verdicts_are_shown_not_enforced_by_default(admin_gateway):
+    name = next(iter(httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["serverless_order"]))
+    body = {"at": "t", "endpoints": {name: {"verdict": "diverges", "why": "w" * 1000, "failed_cases": ["a"]}}}
+    response = httpx.put(admin_gateway.url + "/admin/models/m/parity", json=body, headers=ADMIN)
+    assert response.status_code == 200, response.text
+    verdict = response.json()["parity"]["endpoints"][name]
+    assert verdict["verdict"] == "diverges" and len(verdict["why"]) == 300  # text cut short
+    assert verdict["excluded"] is False and response.json()["parity"]["enforce"] is False
+    assert name in httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["serverless_order"]

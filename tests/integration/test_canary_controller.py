@@ -140,9 +140,7 @@ def test_a_healthy_run_walks_every_step_and_survives_its_leader_being_killed(tmp
     after_kill = [e for e in steps if e["at"] > killed_at]
     assert after_kill and all(e["by"] == found["this_replica"]["token"] for e in after_kill)
     assert all(e["by"] != killed_token for e in after_kill)
-    assert (
-        after_kill[0]["percent_before"] >= [10, 30, 60, 100][step_at_kill]
-    )  # continued, not restarted
+    assert after_kill[0]["percent_before"] >= [10, 30, 60, 100][step_at_kill]  # continued, not restarted
     assert after_kill[0]["at"] - killed_at < 2 + 2 + 3  # lease TTL + one interval + a tick's slack
     assert found["live_percent"] == 100
 
@@ -222,3 +220,36 @@ def test_a_manual_set_pauses_the_run_and_admin_actions_are_checked(tmp_path, red
     assert events(found)[-1]["action"] == "manual_set" and "by hand" in events(found)[-1]["reason"]
     assert resumed["run"]["state"] == "progressing" and resumed["live_percent"] == 10  # back on its plan
     assert aborted["run"]["state"] == "rolled_back" and aborted["live_percent"] == 0
+
+
+@pytest.mark.timeout(150)
+def test_an_enforced_parity_verdict_holds_the_run_until_dedicated_is_at_parity(tmp_path, redis_url):
+    ded_profile, sl_profile = sims()
+    with Sim(ded_profile) as ded, Sim(sl_profile) as sl:
+        config = write_config(tmp_path / "c.yaml", ded, sl, redis_url, interval_s=1)
+        config.write_text(
+            config.read_text().replace(
+                "    canary_percent: 0\n", "    canary_percent: 0\n    parity: {enforce: true}\n"
+            )
+        )
+        with CliProcess("serve", "--config", str(config), "--port", "0") as gw, traffic([gw.url]):
+            diverges = {"at": "t", "endpoints": {"ded": {"verdict": "diverges", "why": "tool calls"}}}
+            put = httpx.put(gw.root + "/admin/models/m/parity", json=diverges, headers=ADMIN, timeout=10)
+            assert put.status_code == 200, put.text
+            assert act(gw, "start").status_code == 200
+            wait_until(
+                lambda: sum(e["action"] == "hold" for e in events(status(gw))) >= 3, timeout=60, interval=0.2
+            )
+            held = status(gw)
+            at_parity = {"at": "t2", "endpoints": {"ded": {"verdict": "parity"}, "sl": {"verdict": "parity"}}}
+            assert (
+                httpx.put(gw.root + "/admin/models/m/parity", json=at_parity, headers=ADMIN).status_code
+                == 200
+            )
+            wait_until(lambda: status(gw)["run"]["step"] >= 1, timeout=60, interval=0.2)
+    holds = [e for e in events(held) if e["action"] == "hold"]
+    assert held["run"]["step"] == 0 and not [e for e in events(held) if e["action"] == "step_up"]
+    parity_holds = [e for e in holds if "parity" in (e["reason"] or "")]
+    assert parity_holds, [e["reason"] for e in holds]
+    checks = {c["name"]: c["result"] for c in parity_holds[-1]["analysis"]["checks"]}
+    assert checks["parity"] == "fail"

@@ -117,3 +117,20 @@ def test_admin_actions_refuse_what_does_not_apply():
         admin_action(started, "start", CONFIG, 1.0)
     assert admin_action(started, "promote", CONFIG, 2.0).percent == 100
     assert admin_action(started, "abort", CONFIG, 2.0).percent == 0
+
+
+def test_the_parity_check_holds_a_passing_analysis_only_when_enforced():
+    from router.canary.analysis import with_parity  # noqa: PLC0415
+
+    passing = analyse(HEALTHY, SERVERLESS, CanaryChecks(), 75)
+    assert passing.verdict is Verdict.PASS
+    held = with_parity(passing, ["ded"], tested=True, enforce=True)
+    assert held.verdict is Verdict.INCONCLUSIVE and "parity" in held.reason and "ded" in held.reason
+    assert [c.result for c in held.checks if c.name == "parity"] == ["fail"]
+    shown = with_parity(passing, ["ded"], tested=True, enforce=False)
+    assert shown.verdict is Verdict.PASS and [c.result for c in shown.checks if c.name == "parity"] == ["fail"]
+    clean = with_parity(passing, [], tested=True, enforce=True)
+    assert clean.verdict is Verdict.PASS and [c.result for c in clean.checks if c.name == "parity"] == ["pass"]
+    assert with_parity(passing, [], tested=False, enforce=True) == passing  # no parity run: no check
+    failed = analyse(Side(100, 5, 95, 100, 20, 1.0, 95), SERVERLESS, CanaryChecks(), 75)
+    assert with_parity(failed, ["ded"], tested=True, enforce=True).verdict is Verdict.FAIL  # stays failed

@@ -15,6 +15,7 @@ class MemoryControl:
         self._history: dict[str, deque[bytes]] = {}
         self._canary: dict[str, float] = {}
         self._probes: dict[str, bytes] = {}  # model -> the applied probe ranking (JSON)
+        self._parity: dict[str, bytes] = {}  # model -> the applied parity verdicts (JSON)
         self._spent: dict[str, tuple[float, float]] = {}  # spend ledger -> (usd, expiry)
 
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
@@ -69,6 +70,12 @@ class MemoryControl:
 
     async def probe(self, model: str) -> bytes | None:
         return self._probes.get(model)
+
+    async def set_parity(self, model: str, verdicts: bytes) -> None:
+        self._parity[model] = verdicts
+
+    async def parity(self, model: str) -> bytes | None:
+        return self._parity.get(model)
 
     async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:
         now = time.monotonic()

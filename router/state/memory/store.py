@@ -15,7 +15,7 @@ from router.state.memory.control import MemoryControl
 from router.state.memory.leases import MemoryLeases
 from router.state.memory.series import MemorySeries
 from router.state.memory.tasks import MemoryTasks
-from router.state.rankings import probe_order
+from router.state.rankings import diverging, probe_order
 
 _REFRESH_S = 1.0
 
@@ -50,6 +50,7 @@ class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks):
             ttft=self._figures.ttft,
             e2e=self._figures.e2e,
             probe_order={model: probe_order(raw) for model, raw in self._probes.items()},
+            parity_diverges={model: diverging(raw) for model, raw in self._parity.items()},
         )
 
     async def start(self) -> None:

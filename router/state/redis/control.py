@@ -14,7 +14,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
-from router.state.rankings import probe_order
+from router.state.rankings import diverging, probe_order
 from router.state.redis.parts import RedisParts
 from router.state.redis.scripts import CANARY_WRITE, CIRCUITS, LEAD, RESIGN, SPEND, TRIP, Script
 
@@ -96,6 +96,15 @@ class RedisControl(RedisParts):
 
     async def probe(self, model: str) -> bytes | None:
         found = await self._ask("the probe ranking could not be read", "HGET", self._keys.rankings, model)
+        return found if isinstance(found, bytes | None) else str(found).encode()
+
+    async def set_parity(self, model: str, verdicts: bytes) -> None:
+        await self._ask("the parity verdicts could not be stored", "HSET", self._keys.parity, model, verdicts)
+        found = {**self._snapshot.parity_diverges, model: diverging(verdicts)}
+        self._snapshot = replace(self._snapshot, parity_diverges=found)
+
+    async def parity(self, model: str) -> bytes | None:
+        found = await self._ask("the parity verdicts could not be read", "HGET", self._keys.parity, model)
         return found if isinstance(found, bytes | None) else str(found).encode()
 
     async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:

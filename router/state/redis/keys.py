@@ -16,6 +16,7 @@ class Keys:
         self.prefix = prefix
         self.canary_percent = f"{prefix}:canary"  # model -> live canary percent (hash)
         self.rankings = f"{prefix}:probe"  # model -> applied probe ranking (hash)
+        self.parity = f"{prefix}:parity"  # model -> applied parity verdicts (hash)
 
     def slots(self, pool: str) -> str:
         """The pool's leases: a sorted set of tokens scored by their expiry (server ms)."""

@@ -31,7 +31,7 @@ from router.errors import StoreUnavailable
 from router.periodic import every
 from router.state.latency import CountBook, LatencyBook
 from router.state.memory.leases import MemoryLeases
-from router.state.rankings import probe_order
+from router.state.rankings import diverging, probe_order
 from router.state.redis.address import BadRedisUrl, RedisAddress, parse_url, redacted
 from router.state.redis.batch import Batcher
 from router.state.redis.control import RedisControl
@@ -134,11 +134,13 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks):
 
     async def _refresh(self) -> None:
         keys = self._keys
-        head = [("HGETALL", keys.canary_percent), ("HGETALL", keys.rankings)]
+        head = [("HGETALL", keys.canary_percent), ("HGETALL", keys.rankings), ("HGETALL", keys.parity)]
         answers = await self._batch.call_all([*head, *self.count_commands(), *self.circuit_commands()])
-        pools_end = 2 + len(self._pools)
-        pools = self.pool_counts(answers[2:pools_end])  # a pool's own error breaks that pool only
-        error = next((a for a in answers[:2] + answers[pools_end:] if isinstance(a, BaseException)), None)
+        pools_end = len(head) + len(self._pools)
+        pools = self.pool_counts(answers[len(head) : pools_end])  # a pool's own error breaks that pool only
+        error = next(
+            (a for a in answers[: len(head)] + answers[pools_end:] if isinstance(a, BaseException)), None
+        )
         if error is not None:
             raise error if isinstance(error, RedisError) else RedisError(str(error))
         now = time.monotonic()
@@ -147,7 +149,7 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks):
             for route, (left_ms,) in zip(self._routes, answers[pools_end:], strict=True)
             if left_ms is not None
         }
-        canary, rankings = as_mapping(answers[0]), as_mapping(answers[1])
+        canary, rankings, parity = (as_mapping(a) for a in answers[: len(head)])
         self._snapshot = replace(
             self._snapshot,
             in_flight={pool: int(n[0]) for pool, n in pools.items()},
@@ -156,6 +158,7 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks):
             canary_percent={k.decode(): float(v) for k, v in canary.items()},
             circuit_open=circuits,
             probe_order={k.decode(): probe_order(v) for k, v in rankings.items()},
+            parity_diverges={k.decode(): diverging(v) for k, v in parity.items()},
         )
 
     async def ping(self) -> bool:
