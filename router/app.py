@@ -37,6 +37,7 @@ from router.request.dispatch import Dispatcher
 from router.request.upstream import TransportFactory, Upstream, aiohttp_transport
 from router.signals.loop import Signals
 from router.spill.keep_warm import KeepWarm
+from router.spill.shadow import Shadow
 from router.state.memory.store import MemoryStore
 from router.state.redis.store import RedisStore
 from router.state.roles import StateStore, StoreUnreachableAtStart
@@ -96,12 +97,13 @@ class Parts:
     gauges: EconomicsGauges
     controller: CanaryController
     keep_warm: KeepWarm
+    shadow: Shadow
     dispatcher: Dispatcher
     keys: ApiKeys
 
     def background(self) -> tuple[Service, ...]:
         """What runs beside the requests, in start order (closed in reverse)."""
-        return (self.ledger, self.gauges, self.controller, self.keep_warm)
+        return (self.ledger, self.gauges, self.controller, self.keep_warm, self.shadow)
 
 
 def build_parts(
@@ -112,18 +114,20 @@ def build_parts(
     telemetry: Telemetry | None,
 ) -> Parts:
     endpoints = [e for model in config.models.values() for e in model.endpoints]
-    upstream = Upstream(endpoints, transport)
+    candidates = [m.shadow.candidate for m in config.models.values() if m.shadow and m.shadow.candidate]
+    upstream = Upstream([*endpoints, *candidates], transport)
     telemetry = telemetry or Telemetry(*default_providers())
     recorder = recorder or Recorder(sinks=[telemetry])
     signals = Signals(config, store)
     telemetry.watch(signals.snapshot, store)
     early = EarlyBound(config.tasks.max_early_feedback, config.tasks.early_feedback_s)
     ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled, early=early)
+    shadow = Shadow(config, store, upstream, telemetry.registry)
     dispatcher = Dispatcher(
         config,
         store,
         upstream,
-        books=Books(store, recorder, recording=config.state.record, ledger=ledger),
+        books=Books(store, recorder, recording=config.state.record, ledger=ledger, mirror=shadow),
         policies=build_policies(config),
         signals=signals,
         breakers=Breakers(store, breaker_configs(config)),
@@ -140,6 +144,7 @@ def build_parts(
         EconomicsGauges(config, store, telemetry.economics),
         CanaryController(config, store, signals.snapshot, telemetry.registry),
         KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s),
+        shadow,
         dispatcher,
         ApiKeys(config.auth.api_keys),
     )

@@ -25,6 +25,7 @@ from router.config.model import (
     ResponseModel,
     RetryConfig,
     RoutingConfig,
+    ShadowConfig,
     SloConfig,
     SuccessConfig,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "ScheduleEntry",
     "ServerConfig",
     "ServerlessEndpoint",
+    "ShadowConfig",
     "SloConfig",
     "StateConfig",
     "SuccessConfig",

@@ -3,8 +3,9 @@ controller, hedging and its endpoints."""
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -155,6 +156,74 @@ class ParityConfig(Frozen):
     enforce: bool = False
 
 
+class AgreeRules(Frozen):
+    """How a shadow answer must agree with the live one (router/record/agreement.py)."""
+
+    exact: bool = False
+    json_keys: bool = False
+    json_values: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    tool_name: bool = False
+    label: str | None = None  # a regular expression: the same first match in both
+
+    @model_validator(mode="after")
+    def _label_compiles(self) -> AgreeRules:
+        if self.label is not None:
+            try:
+                re.compile(self.label)
+            except re.error as exc:
+                raise ValueError(f"label is not a regular expression: {exc}") from None
+        return self
+
+    def rules(self) -> dict[str, Any]:
+        """The rules that are on, as the agreement module takes them."""
+        found: dict[str, Any] = {k: True for k in ("exact", "json_keys", "tool_name") if getattr(self, k)}
+        if self.json_values:
+            found["json_values"] = list(self.json_values)
+        if self.label is not None:
+            found["label"] = self.label
+        return found
+
+
+class ShadowCompare(Frozen):
+    # a rule's name alone (`agree: json_keys`) or several rules; none: the checks only
+    agree: Literal["exact", "json_keys", "tool_name"] | AgreeRules | None = None
+
+    def rules(self) -> dict[str, Any]:
+        if self.agree is None:
+            return {}
+        return {self.agree: True} if isinstance(self.agree, str) else self.agree.rules()
+
+
+class ShadowConfig(Frozen):
+    """Mirror a sampled share of the model's live requests to another endpoint after the
+    client's answer is chosen (router/spill/shadow.py): the client never waits for it or sees
+    it. `endpoint` names one of the model's endpoints; `candidate` is one that takes no live
+    traffic (a provider being evaluated). Give exactly one."""
+
+    endpoint: str | None = None
+    candidate: ServerlessEndpoint | None = None
+    percent: Annotated[float, Field(gt=0, le=100)] = 1.0
+    max_usd_per_day: Annotated[float, Field(ge=0)] = 5.0  # counted in the store, across replicas
+    max_in_flight: Annotated[int, Field(ge=1, le=1000)] = 4  # per replica; more are dropped
+    max_prompt_tokens: Annotated[int, Field(ge=1)] = 8000  # larger requests (estimated) are not mirrored
+    # a dedicated shadow takes a slot only while at least this share of its pool is free
+    min_free_percent: Annotated[float, Field(ge=0, le=100)] = 50.0
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 60.0
+    compare: ShadowCompare = ShadowCompare()
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ShadowConfig:
+        if (self.endpoint is None) == (self.candidate is None):
+            raise ValueError(
+                "give either endpoint (one of the model's) or candidate (an endpoint of its own)"
+            )
+        return self
+
+    @property
+    def target_name(self) -> str:
+        return self.candidate.name if self.candidate is not None else str(self.endpoint)
+
+
 class ModelConfig(Frozen):
     policy: str = "dedicated_first"  # a name from policies.registry
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
@@ -167,6 +236,7 @@ class ModelConfig(Frozen):
     canary: CanaryControllerConfig | None = None  # the canary controller; none: set by hand only
     hedge: HedgeConfig | None = None  # none: a slow first token is waited for, never hedged
     parity: ParityConfig = ParityConfig()
+    shadow: ShadowConfig | None = None  # none: no live request is mirrored
     dedicated: tuple[DedicatedEndpoint, ...] = ()
     serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order
 
@@ -175,6 +245,24 @@ class ModelConfig(Frozen):
         if self.hedge is not None and not (self.dedicated and self.serverless):
             raise ValueError("hedge needs both a dedicated and a serverless endpoint to race")
         return self
+
+    @model_validator(mode="after")
+    def _shadow_target_known(self) -> ModelConfig:
+        shadow = self.shadow
+        names = {e.name for e in self.endpoints}
+        if shadow is not None and shadow.endpoint is not None and shadow.endpoint not in names:
+            raise ValueError(f"shadow.endpoint {shadow.endpoint!r} is not an endpoint of this model")
+        if shadow is not None and shadow.candidate is not None and shadow.candidate.name in names:
+            raise ValueError(f"shadow.candidate's name {shadow.candidate.name!r} is taken by an endpoint")
+        return self
+
+    def shadow_target(self) -> Endpoint | None:
+        """The endpoint the model's shadow traffic goes to, if any."""
+        if self.shadow is None:
+            return None
+        if self.shadow.candidate is not None:
+            return self.shadow.candidate
+        return next(e for e in self.endpoints if e.name == self.shadow.endpoint)
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:

@@ -102,8 +102,14 @@ class WindowFigures:
 
 
 def report_routes(config: GatewayConfig) -> list[str]:
-    """The routes a report reads: every configured one, and each model's unrouted counters."""
-    return [*config.route_keys(), *(route_key(m, UNROUTED) for m in config.models)]
+    """The routes a report reads: every configured one, each model's unrouted counters and
+    its shadow candidate's (an endpoint that takes no live traffic)."""
+    candidates = [
+        route_key(name, m.shadow.candidate.name)
+        for name, m in config.models.items()
+        if m.shadow is not None and m.shadow.candidate is not None
+    ]
+    return [*config.route_keys(), *(route_key(m, UNROUTED) for m in config.models), *candidates]
 
 
 async def read_window(
@@ -137,6 +143,14 @@ def build_routes_report(
             "routes": per_route,
             "economics": model_costs(name, model, counts, span),
         }
+        if model.shadow is not None:  # its own line, never in the route's figures or the blend
+            target = model.shadow.target_name
+            shadow = shadow_entry(counts.get(route_key(name, target), {}))
+            models[name]["shadow"] = {
+                "endpoint": target,
+                "candidate": model.shadow.candidate is not None,
+            } | shadow
+            models[name]["economics"]["shadow_usd"] = shadow["cost_usd"]
     return {
         "window_s": window_s,
         "slice_s": resolution_for(window_s),
@@ -219,3 +233,16 @@ def _p(histogram: Histogram, q: float) -> float | None:
         return None
     value = {0.5: figures.p50, 0.95: figures.p95, 0.99: figures.p99}[q]
     return None if math.isnan(value) else round(value, 2)
+
+
+def shadow_entry(c: Counts) -> dict[str, Any]:
+    """What a model's shadow requests found over the window (router/spill/shadow.py)."""
+    sent, compared = int(c.get("shadow", 0)), int(c.get("shadow_compared", 0))
+    return {
+        "sent": sent,
+        "checks_pass_rate": round(c.get("shadow_ok", 0) / sent, 4) if sent else None,
+        "failed": int(c.get("shadow_failed", 0)),
+        "compared": compared,
+        "agreement": round(c.get("shadow_agree", 0) / compared, 4) if compared else None,
+        "cost_usd": round(c.get("shadow_usd", 0.0), 6),
+    }

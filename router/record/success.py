@@ -27,6 +27,7 @@ class AnswerShape:
     finish_reasons: list[str] = field(default_factory=list)
     text: list[str] = field(default_factory=list)  # choice 0's content, in pieces
     tool_args: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (choice, call) -> pieces
+    tool_names: dict[tuple[int, int], str] = field(default_factory=dict)  # (choice, call) -> function name
     kept_bytes: int = 0
     truncated: bool = False  # more text than `max_checked_bytes`: JSON checks skipped
 
@@ -68,6 +69,9 @@ class AnswerShape:
                 if not isinstance(call, dict):
                     continue
                 function = call.get("function")
+                name = function.get("name") if isinstance(function, dict) else None
+                if isinstance(name, str) and name:  # a stream names the function in its first delta
+                    self.tool_names[(index, call.get("index", n))] = name
                 arguments = function.get("arguments") if isinstance(function, dict) else None
                 if isinstance(arguments, str):
                     self.add_tool_args((index, call.get("index", n)), arguments, limit)

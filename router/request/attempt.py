@@ -180,7 +180,7 @@ class Attempter:
             max_event_bytes=self._limits.max_event_bytes,
             rename=self._renamers[(facts.request.model, target.name)],
             collect_bytes=checks.max_checked_bytes
-            if checks.check_json and wants_checks(facts.request.payload)
+            if (checks.check_json and wants_checks(facts.request.payload)) or facts.mirrored
             else 0,
             responses=facts.path == "/responses",
         )

@@ -41,17 +41,31 @@ class Samples(Protocol):
     def count(self, route: str, counts: Mapping[str, float]) -> None: ...
 
 
+class Mirror(Protocol):
+    """Where a mirrored request's answered twin goes (router/spill/shadow.py): it must not block."""
+
+    def offer(self, job: Job, live: Endpoint, shape: AnswerShape) -> None: ...
+
+
 class Books:
     def __init__(
-        self, store: Samples, recorder: Recorder, *, recording: bool = True, ledger: TaskLedger | None = None
+        self,
+        store: Samples,
+        recorder: Recorder,
+        *,
+        recording: bool = True,
+        ledger: TaskLedger | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         """`recording=False` keeps the log, metrics and spans but not the store's per-route
         histograms and counters (`state.record`), nor tasks. `ledger` settles each request
-        into its task (router/record/tasks.py)."""
+        into its task (router/record/tasks.py); `mirror` gets each answered request the
+        model's shadow samples, once its answer is recorded."""
         self._store = store
         self._recorder = recorder
         self._recording = recording
         self._ledger = ledger
+        self._mirror = mirror
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         if self._recording:
@@ -74,6 +88,8 @@ class Books:
             None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms, failed_check=failed_check
         )
         self.record(job, target, status, measures, job.walk.served_outcome())
+        if self._mirror is not None and job.facts.mirrored and status < 400:
+            self._mirror.offer(job, target, shape)
 
     def stream_done(self, job: Job, target: Endpoint, status: int, result: StreamResult) -> None:
         usage = result.usage or Usage()
@@ -105,6 +121,8 @@ class Books:
         else:
             outcome = job.walk.served_outcome()
         self.record(job, target, status, measures, outcome)
+        if self._mirror is not None and job.facts.mirrored and error is None and status < 400:
+            self._mirror.offer(job, target, result.shape)
 
     def _observe_stream(
         self, job: Job, target: Endpoint, result: StreamResult, *, served: bool

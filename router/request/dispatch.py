@@ -43,6 +43,7 @@ from router.request.breaker import Breakers
 from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
+from router.request.mirror import mirrored
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
 from router.request.upstream import Upstream
 from router.request.walk import Walk, tidegate_headers
@@ -154,6 +155,7 @@ class Dispatcher:
             _task_id(headers) or request_id,
             decision.admit_within,
             request.prompt_tokens if predicted else 0,
+            mirrored(config, request, request_id, headers),
         )
         job = Job(facts, Walk(decision.targets, decision.reason))
         self._attempt.body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400

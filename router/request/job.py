@@ -48,6 +48,7 @@ class Facts:
     task_id: str  # the client's x-tidegate-task-id, else request_id (a task of its own)
     admit_within: Mapping[str, int]  # pool -> most pending prompt tokens (predicted-TTFT admission)
     prompt_tokens: int  # counted as pending prefill on a dedicated pool (0: not counted)
+    mirrored: bool = False  # sent to the model's shadow endpoint once answered (router/request/mirror.py)
 
 
 @dataclass(slots=True)

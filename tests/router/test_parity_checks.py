@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.offline.parity.answer import Answer, ToolUse, read_answer
 from router.offline.parity.checks import agrees, failures
 from router.offline.parity.suite import SuiteError, load_suite, parse_case
 from router.offline.parity.verdict import (
@@ -24,6 +23,7 @@ from router.offline.parity.verdict import (
     verdict,
     wilson,
 )
+from router.record.answer import Answer, ToolUse, read_answer
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
@@ -251,3 +251,46 @@ def test_the_case_matrix_names_how_each_case_failed():
     assert matrix["e0"]["x"]["how"] == ["http_500"]
     assert matrix["d0"]["x"]["how"] == ["disagrees with the reference"]
     assert failed_cases(matrix, "x") == ["f0", "d0", "e0"]
+
+
+def test_mirrored_samples_the_percent_by_request_id_and_obeys_the_header_and_size():
+    from router.config import ModelConfig, ShadowConfig  # noqa: PLC0415
+    from router.config.endpoints import ServerlessEndpoint  # noqa: PLC0415
+    from router.openai import RequestPeek  # noqa: PLC0415
+    from router.request.mirror import mirrored  # noqa: PLC0415
+
+    sl = ServerlessEndpoint(name="s", base_url="http://s", model="m")
+    model = ModelConfig(serverless=(sl,), shadow=ShadowConfig(endpoint="s", percent=10, max_prompt_tokens=100))
+    peek = RequestPeek({}, "m", False, None, False, prompt_tokens=50)
+    chosen = [mirrored(model, peek, f"req-{i}", []) for i in range(5000)]
+    assert abs(sum(chosen) / 5000 - 0.10) < 0.02
+    assert chosen == [mirrored(model, peek, f"req-{i}", []) for i in range(5000)]  # by id: stable
+    first = chosen.index(True)
+    assert not mirrored(model, peek, f"req-{first}", [(b"X-Tidegate-No-Shadow", b"1")])
+    assert mirrored(model, peek, f"req-{first}", [(b"x-tidegate-no-shadow", b"0")])
+    big = RequestPeek({}, "m", False, None, False, prompt_tokens=101)
+    assert not mirrored(model, big, f"req-{first}", [])
+    assert not mirrored(ModelConfig(serverless=(sl,)), peek, f"req-{first}", [])
+
+
+@pytest.mark.parametrize(
+    ("shadow", "error"),
+    [
+        ({}, "give either endpoint"),
+        ({"endpoint": "s", "candidate": {"name": "c", "base_url": "http://c", "model": "m"}}, "give either endpoint"),
+        ({"endpoint": "nope"}, "not an endpoint of this model"),
+        ({"candidate": {"name": "s", "base_url": "http://c", "model": "m"}}, "is taken"),
+        ({"endpoint": "s", "percent": 0}, "percent"),
+        ({"endpoint": "s", "compare": {"agree": "similar"}}, "agree"),
+        ({"endpoint": "s", "compare": {"agree": {"label": "("}}}, "label"),
+    ],
+)
+def test_a_bad_shadow_config_names_the_key(shadow, error):
+    from router.config import ConfigError, parse_config  # noqa: PLC0415
+
+    raw = {
+        "models": {"m": {"serverless": [{"name": "s", "base_url": "http://s", "model": "m"}], "shadow": shadow}}
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_config(orjson.dumps(raw).decode(), {})
+    assert error in str(refused.value) and "shadow" in str(refused.value)

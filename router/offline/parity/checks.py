@@ -1,5 +1,6 @@
 """Is an answer good, and does it agree with the reference's? Each failed check is named, so a
-report can say which cases an endpoint failed and how."""
+report can say which cases an endpoint failed and how. The agreement rules themselves are
+shared with shadow traffic (router/record/agreement.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 import jsonschema
 import orjson
 
-from router.offline.parity.answer import Answer
 from router.offline.parity.suite import Case, as_list
+from router.record import agreement
+from router.record.answer import Answer
 
 Check = Callable[[Case, Answer, Any], str | None]  # (case, answer, the expectation) -> why it failed
 
@@ -113,67 +115,8 @@ _CHECKS: Mapping[str, Check] = {
 
 def agrees(case: Case, answer: Answer, references: Sequence[Answer]) -> bool | None:
     """Whether the answer agrees with at least one of the reference's answers to the case on
-    every rule of `agree` (None: the case has no rule, or the reference gave no answer)."""
-    rules = {k: v for k, v in case.agree.items() if v is not False}
-    if not rules or not references:
-        return None
-    return any(all(_AGREE[rule](answer, ref, value) for rule, value in rules.items()) for ref in references)
-
-
-def _document(answer: Answer) -> Any:
-    try:
-        return answer.json_document()
-    except ValueError:
-        return _UNPARSED
-
-
-_UNPARSED = object()
-
-
-def _json_keys(answer: Answer, reference: Answer, _: Any) -> bool:
-    mine, theirs = _document(answer), _document(reference)
-    return isinstance(mine, dict) and isinstance(theirs, dict) and set(mine) == set(theirs)
-
-
-def _json_values(answer: Answer, reference: Answer, paths: Any) -> bool:
-    mine, theirs = _document(answer), _document(reference)
-    if mine is _UNPARSED or theirs is _UNPARSED:
-        return False
-    return all(_at(mine, path) == _at(theirs, path) for path in paths)
-
-
-def _at(document: Any, path: str) -> Any:
-    """The value at a dotted path ('order.items.0.id'); _UNPARSED when the path is not there."""
-    for part in path.split("."):
-        if isinstance(document, dict) and part in document:
-            document = document[part]
-        elif isinstance(document, list) and part.isdigit() and int(part) < len(document):
-            document = document[int(part)]
-        else:
-            return _UNPARSED
-    return document
-
-
-def _tool_name(answer: Answer, reference: Answer, _: Any) -> bool:
-    return [c.name for c in answer.tool_calls] == [c.name for c in reference.tool_calls]
-
-
-def _label(answer: Answer, reference: Answer, pattern: Any) -> bool:
-    mine, theirs = re.search(pattern, answer.text), re.search(pattern, reference.text)
-    if mine is None or theirs is None:
-        return mine is None and theirs is None
-    return mine.group(mine.lastindex or 0) == theirs.group(theirs.lastindex or 0)
-
-
-_AGREE: Mapping[str, Callable[[Answer, Answer, Any], bool]] = {
-    "exact": lambda answer, reference, _: (
-        answer.text.strip() == reference.text.strip() and _tool_name(answer, reference, None)
-    ),
-    "json_keys": _json_keys,
-    "json_values": _json_values,
-    "tool_name": _tool_name,
-    "label": _label,
-}
+    every rule of its `agree` (router/record/agreement.py); None: no rule, or no reference."""
+    return agreement.agrees(case.agree, answer, references)
 
 
 def _short(value: Any, limit: int = 80) -> str:

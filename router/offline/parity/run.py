@@ -24,10 +24,10 @@ from tenacity import (
 )
 
 from router.economics.cost import token_cost_usd
-from router.offline.parity.answer import Answer, read_answer
 from router.offline.parity.checks import agrees, failures
 from router.offline.parity.suite import Case
 from router.offline.parity.verdict import Outcome
+from router.record.answer import Answer, read_answer
 
 PATHS = {"chat": "/chat/completions", "responses": "/responses"}
 DEFAULT_OUTPUT_TOKENS = 256  # a case without a max_tokens, for the cost estimate

@@ -21,6 +21,8 @@ from typing import Any
 import jsonschema
 import orjson
 
+from router.record.agreement import RULES, check_rules
+
 APIS = ("chat", "responses")  # /chat/completions and /responses
 EXPECTATIONS = (
     "json_schema",
@@ -32,7 +34,6 @@ EXPECTATIONS = (
     "max_output_tokens",
     "refusal",
 )
-AGREEMENTS = ("exact", "json_keys", "json_values", "tool_name", "label")
 MAX_CASES = 10_000
 
 
@@ -98,7 +99,7 @@ def parse_case(raw: Any, where: str) -> Case:
     if "model" in request or request.get("stream") is True:
         raise SuiteError(f"{where}: 'request' sets no 'model' (each endpoint's is used) and no 'stream'")
     expect = _section(raw, "expect", EXPECTATIONS, where)
-    agree = _section(raw, "agree", AGREEMENTS, where)
+    agree = _section(raw, "agree", RULES, where)
     _check_expect(expect, f"{where}: expect")
     _check_agree(agree, f"{where}: agree")
     return Case(case_id, api, request, expect, agree)
@@ -137,16 +138,10 @@ def _check_expect(expect: dict[str, Any], where: str) -> None:
 
 
 def _check_agree(agree: dict[str, Any], where: str) -> None:
-    for key in ("exact", "json_keys", "tool_name"):
-        if key in agree and not isinstance(agree[key], bool):
-            raise SuiteError(f"{where}.{key} must be true or false")
-    paths = agree.get("json_values")
-    if paths is not None and not (
-        isinstance(paths, list) and paths and all(isinstance(p, str) and p for p in paths)
-    ):
-        raise SuiteError(f"{where}.json_values must be a list of paths such as 'order.id'")
-    if "label" in agree:
-        _regex(agree["label"], f"{where}.label")
+    try:
+        check_rules(agree)
+    except ValueError as exc:
+        raise SuiteError(f"{where}.{exc}") from None
 
 
 def _schema(schema: Any, where: str) -> None:

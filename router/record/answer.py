@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from router.record.success import AnswerShape
+
 # How models word a refusal when they do not use the API's `refusal` field
 REFUSAL_PATTERN = re.compile(
     r"^\W*(I'?m sorry|I am sorry|I apologi[sz]e|I can(?:no|')t (?:help|assist|comply|do that)|"
@@ -108,3 +110,16 @@ def _tokens(body: dict[str, Any], key: str) -> int | None:
     usage = body.get("usage")
     value = usage.get(key) if isinstance(usage, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def from_shape(shape: AnswerShape) -> Answer:
+    """What the gateway gathered of a live answer (choice 0's text and tool calls, up to
+    `success.max_checked_bytes`) as an Answer, to compare a shadow's answer with."""
+    text = "".join(shape.text)
+    calls = tuple(
+        ToolUse(shape.tool_names.get(key, ""), "".join(shape.tool_args.get(key, ())))
+        for key in sorted(set(shape.tool_names) | set(shape.tool_args))
+        if key[0] == 0
+    )
+    finish = shape.finish_reasons[0] if shape.finish_reasons else None
+    return Answer(text, finish, calls, _worded_refusal(text))

@@ -1,0 +1,245 @@
+"""Shadow traffic: a sampled share of a model's live requests (router/request/mirror.py) is
+sent again, once the client's answer is chosen and recorded, to the model's shadow endpoint,
+and its answer is judged by the same automatic success checks plus the `compare` rule against
+the live answer (router/record/agreement.py). The client never waits for it, never sees it,
+and no latency of it is charged to the request.
+
+Bounds, each a documented drop reason (`tidegate_shadow_total{endpoint,result}`):
+- `busy`: `max_in_flight` shadow requests of this model are already out on this replica;
+- `no_free_slot`: a dedicated shadow endpoint takes a slot only while `min_free_percent` of
+  its pool is free, acquired without waiting (never ahead of, nor instead of, a live request:
+  the store's acquire is FIFO and the shadow asks for a smaller pool);
+- `capped`: the day's `max_usd_per_day` is spent. The spend is counted in the store's ledger
+  per model, endpoint and UTC day, across replicas and leader changes; each request reserves
+  its worst case (estimated prompt plus max_tokens) before it is sent, so the cap is never
+  passed;
+- `same_route`: the live answer came from the shadow endpoint itself.
+
+What a sent shadow request found: `agree`, `disagree`, `not_compared` (no rule, or nothing of
+the live answer to compare: a Responses API answer is checked, not compared), `failed_check`
+(the automatic checks failed; counted before agreement) or `error` (no answer). Per endpoint,
+the store counts `shadow`, `shadow_usd` (actual, from usage), `shadow_ok`, `shadow_agree`,
+`shadow_compared` and `shadow_failed`, shown by `/admin/routes` and the economics report as
+the shadow's own line, never mixed into the route's cost or success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter
+
+from policies.types import is_dedicated, route_key
+from router.config import Endpoint, GatewayConfig, ModelConfig, ServerlessEndpoint, ShadowConfig
+from router.economics.cost import token_cost_usd
+from router.errors import StoreUnavailable, UpstreamFailure
+from router.record.agreement import agrees
+from router.record.answer import Answer, from_shape, read_answer
+from router.record.success import AnswerShape, judge
+from router.request.job import Job
+from router.request.upstream import Upstream
+from router.state.slots import Lease, Slots
+
+log = logging.getLogger("tidegate.shadow")
+_DAY_S = 86400
+DEFAULT_OUTPUT_TOKENS = 256  # a request without max_tokens, for the reservation
+_APIS = {"/chat/completions": "chat", "/responses": "responses"}
+
+
+class ShadowStore(Protocol):
+    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool: ...
+
+    async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None: ...
+
+    async def release(self, lease: Lease) -> None: ...
+
+    def count(self, route: str, counts: Mapping[str, float]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Twin:
+    """A mirrored request's shadow: where it goes and what the live answer was."""
+
+    model: str
+    config: ModelConfig
+    shadow: ShadowConfig
+    target: Endpoint
+    path: str
+    payload: dict[str, Any]
+    live: Answer
+
+
+class Shadow:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: ShadowStore,
+        upstream: Upstream,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self._store = store
+        self._upstream = upstream
+        self._targets = {name: m.shadow_target() for name, m in config.models.items() if m.shadow is not None}
+        self._in_flight: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.results = Counter(
+            "tidegate_shadow",
+            "Shadow requests by endpoint and result (sent: agree, disagree, not_compared, failed_check, "
+            "error; dropped: busy, no_free_slot, capped, same_route)",
+            ("endpoint", "result"),
+            registry=registry,
+        )
+
+    def offer(self, job: Job, live: Endpoint, shape: AnswerShape) -> None:
+        """A mirrored request was answered by `live`: send its twin, unless a bound says no."""
+        facts = job.facts
+        model, config = facts.request.model, facts.config
+        target, shadow = self._targets.get(model), config.shadow
+        if target is None or shadow is None:
+            return
+        if target.name == live.name:
+            self.results.labels(target.name, "same_route").inc()
+            return
+        if self._in_flight.get(model, 0) >= shadow.max_in_flight:
+            self.results.labels(target.name, "busy").inc()
+            return
+        self._in_flight[model] = self._in_flight.get(model, 0) + 1
+        twin = Twin(model, config, shadow, target, facts.path, facts.request.payload, from_shape(shape))
+        task = asyncio.get_running_loop().create_task(self._mirror(twin))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _mirror(self, twin: Twin) -> None:
+        target = twin.target
+        lease: Lease | None = None
+        try:
+            if not await self._reserve(twin):
+                self.results.labels(target.name, "capped").inc()
+                return
+            if is_dedicated(target):
+                lease = await self._free_slot(twin)
+                if lease is None:
+                    self.results.labels(target.name, "no_free_slot").inc()
+                    return
+            await self._send(twin)
+        except Exception as exc:  # the shadow never takes the loop down; its failure is counted
+            log.warning("shadow request to %s failed: %r", target.name, exc)
+            self.results.labels(target.name, "error").inc()
+        finally:
+            self._in_flight[twin.model] -= 1
+            if lease is not None:
+                await self._store.release(lease)
+
+    async def _reserve(self, twin: Twin) -> bool:
+        """Reserve the request's worst-case spend in the day's shared ledger."""
+        target = twin.target
+        if not isinstance(target, ServerlessEndpoint):
+            return True  # a dedicated pool is paid for by the hour
+        prompt = len(orjson.dumps(twin.payload)) // 4 + 8
+        output = _max_tokens(twin.payload) or DEFAULT_OUTPUT_TOKENS
+        usd = token_cost_usd(prompt, output, target.usd_per_mtok_in, target.usd_per_mtok_out)
+        ledger = f"shadow:{route_key(twin.model, target.name)}:{int(time.time() // _DAY_S)}"
+        try:
+            return await self._store.try_spend(ledger, usd, twin.shadow.max_usd_per_day, 2 * _DAY_S)
+        except StoreUnavailable:
+            return False  # no spend that cannot be counted
+
+    async def _free_slot(self, twin: Twin) -> Lease | None:
+        capacity = twin.target.max_concurrency or 0
+        usable = int(capacity * (100.0 - twin.shadow.min_free_percent) / 100.0)
+        if usable < 1:
+            return None
+        return await self._store.try_acquire(twin.target.name, Slots(capacity=usable, max_waiters=0))
+
+    async def _send(self, twin: Twin) -> None:
+        target = twin.target
+        body = {k: v for k, v in twin.payload.items() if k not in ("stream", "stream_options")}
+        body["model"] = target.model
+        try:
+            async with asyncio.timeout(twin.shadow.timeout_s):
+                response = await self._upstream.open(target, twin.path, orjson.dumps(body), ())
+                try:
+                    raw = await response.aread()
+                finally:
+                    await response.aclose()
+        except (UpstreamFailure, TimeoutError) as exc:
+            self._count(twin, "error", usd=0.0)
+            log.info("shadow request to %s got no answer: %s", target.name, exc)
+            return
+        parsed, api = _parsed(raw), _APIS.get(twin.path)
+        if parsed is None or api is None:
+            self._count(twin, "error", usd=0.0)
+            return
+        self._count(twin, _result(twin, parsed, read_answer(api, parsed)), usd=_cost(target, parsed))
+
+    def _count(self, twin: Twin, result: str, *, usd: float) -> None:
+        self.results.labels(twin.target.name, result).inc()
+        self._store.count(
+            route_key(twin.model, twin.target.name),
+            {
+                "shadow": 1.0,
+                "shadow_usd": usd,
+                "shadow_ok": float(result in ("agree", "disagree", "not_compared")),
+                "shadow_failed": float(result in ("failed_check", "error")),
+                "shadow_compared": float(result in ("agree", "disagree")),
+                "shadow_agree": float(result == "agree"),
+            },
+        )
+
+    def start(self) -> None:
+        """Nothing runs until a mirrored request is answered."""
+
+    async def close(self) -> None:
+        """Cancel the shadow requests still out (they are nobody's answer)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _result(twin: Twin, parsed: Mapping[str, Any], answer: Answer) -> str:
+    config, live = twin.config, twin.live
+    shape = AnswerShape()
+    shape.take_choices(parsed.get("choices"), config.success.max_checked_bytes, collect=True)
+    if "choices" not in parsed:  # a Responses API answer: its finish as the checks know it
+        shape.finish_reasons.append(answer.finish_reason or "stop")
+    if judge(shape, config.success, twin.payload) is not None:
+        return "failed_check"
+    rules = twin.shadow.compare.rules()
+    has_live = bool(live.text or live.tool_calls)
+    agreed = agrees(rules, answer, [live]) if has_live else None
+    return "not_compared" if agreed is None else "agree" if agreed else "disagree"
+
+
+def _parsed(raw: bytes) -> dict[str, Any] | None:
+    try:
+        found = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _max_tokens(payload: Mapping[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _cost(target: Endpoint, parsed: Mapping[str, Any]) -> float:
+    if not isinstance(target, ServerlessEndpoint):
+        return 0.0
+    usage = parsed.get("usage")
+    if not isinstance(usage, dict):
+        return 0.0
+    tokens_in = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+    tokens_out = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    if not isinstance(tokens_in, int) or not isinstance(tokens_out, int):
+        return 0.0
+    return token_cost_usd(tokens_in, tokens_out, target.usd_per_mtok_in, target.usd_per_mtok_out)
