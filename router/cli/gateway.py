@@ -74,7 +74,13 @@ def _check_config(args: argparse.Namespace) -> int:
         return 1
     for name, model in config.models.items():
         routes = ", ".join(f"{e.name} ({e.kind})" for e in model.endpoints)
-        print(f"model {name}: policy {model.policy}, canary {model.canary_percent:g}%, {routes}")
+        extras = "".join(
+            (
+                ", parity enforced" if model.parity.enforce else "",
+                f", shadow {model.shadow.percent:g}% to {model.shadow.target_name}" if model.shadow else "",
+            )
+        )
+        print(f"model {name}: policy {model.policy}, canary {model.canary_percent:g}%, {routes}{extras}")
     worst = config.limits.worst_case_bytes() / (1 << 20)
     print(f"limits: clients can make one process hold at most {worst:,.0f} MiB (docs/security.md)")
     print(f"{args.file}: OK")
