@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.app import create_app
@@ -34,6 +34,8 @@ PATHS = [
     "/v1/unknown",
     "/admin/models/m",
     "/admin/models/m/canary",
+    "/admin/models/m/parity",
+    "/admin/models/m/probe",
     "/healthz",
     "/readyz",
     "/",
@@ -127,48 +129,46 @@ def fuzz_gateway() -> Iterator[ThreadServer]:
 SEEN = MatrixRow("fuzzer (hypothesis, public endpoints)")
 
 
-@settings(
-    max_examples=int(os.environ.get("TIDEGATE_FUZZ_EXAMPLES", "300")),
-    deadline=None,
-    derandomize=os.environ.get("TIDEGATE_FUZZ_RANDOM") != "1",
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-@given(
-    method=st.sampled_from(["POST", "GET", "PUT", "DELETE", "PATCH"]),
-    path=st.sampled_from(PATHS)
-    | st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=30).map(lambda p: "/" + p),
-    body=bodies,
-    content_type=st.sampled_from(["application/json", "text/plain", "", "application/json; charset=latin-1"])
-    | header_text,
-    authorization=st.none() | header_text.map(lambda t: "Bearer " + t) | st.just("Bearer adm"),
-    session=st.none() | header_text,
-)
-def test_the_gateway_never_answers_5xx_or_hangs(
-    fuzz_gateway, method, path, body, content_type, authorization, session
-):
-    headers = {"content-type": content_type}
-    if authorization is not None:
-        headers["authorization"] = authorization
-    if session is not None:
-        headers["x-tidegate-session"] = session
-    try:
-        response = httpx.request(method, fuzz_gateway.url + path, content=body, headers=headers, timeout=15)
-    except (httpx.InvalidURL, httpx.LocalProtocolError):
-        return  # the client library refused to send it; nothing reached the gateway
-    SEEN.requests += 1
-    assert response.status_code < 500, (response.status_code, response.text[:300])
-    if response.status_code >= 400:
-        SEEN.clean_errors += 1
-        error = response.json()["error"]
-        assert isinstance(error["message"], str) and error["message"]
-        assert set(error) >= {"message", "type", "param", "code"}
-    else:
-        SEEN.succeeded += 1
+def test_the_gateway_never_answers_5xx_or_hangs_and_no_input_holds_a_slot(fuzz_gateway, fault_matrix):
+    """The property, then what it sent and that no input left a dedicated slot held: one test,
+    so the check runs after the property on the same worker whatever xdist does."""
 
+    @settings(
+        max_examples=int(os.environ.get("TIDEGATE_FUZZ_EXAMPLES", "300")),
+        deadline=None,
+        derandomize=os.environ.get("TIDEGATE_FUZZ_RANDOM") != "1",
+    )
+    @given(
+        method=st.sampled_from(["POST", "GET", "PUT", "DELETE", "PATCH"]),
+        path=st.sampled_from(PATHS)
+        | st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=30).map(lambda p: "/" + p),
+        body=bodies,
+        content_type=st.sampled_from(["application/json", "text/plain", "", "application/json; charset=latin-1"])
+        | header_text,
+        authorization=st.none() | header_text.map(lambda t: "Bearer " + t) | st.just("Bearer adm"),
+        session=st.none() | header_text,
+    )
+    def never_5xx(method, path, body, content_type, authorization, session):
+        headers = {"content-type": content_type}
+        if authorization is not None:
+            headers["authorization"] = authorization
+        if session is not None:
+            headers["x-tidegate-session"] = session
+        try:
+            response = httpx.request(method, fuzz_gateway.url + path, content=body, headers=headers, timeout=15)
+        except (httpx.InvalidURL, httpx.LocalProtocolError):
+            return  # the client library refused to send it; nothing reached the gateway
+        SEEN.requests += 1
+        assert response.status_code < 500, (response.status_code, response.text[:300])
+        if response.status_code >= 400:
+            SEEN.clean_errors += 1
+            error = response.json()["error"]
+            assert isinstance(error["message"], str) and error["message"]
+            assert set(error) >= {"message", "type", "param", "code"}
+        else:
+            SEEN.succeeded += 1
 
-def test_fuzzer_ran_and_is_in_the_matrix(fuzz_gateway, fault_matrix):
-    # runs after the property above (file order): report what it sent, and that no input
-    # left a dedicated slot held
+    never_5xx()
     store = fuzz_gateway.app.state.store
     SEEN.leases_after = settled_value(lambda: sum(store.snapshot().in_flight.values()))
     fault_matrix.append(SEEN)
