@@ -34,6 +34,7 @@ from router.record.telemetry import Telemetry, default_providers
 from router.request.bookkeeping import Books
 from router.request.breaker import Breakers, breaker_configs
 from router.request.dispatch import Dispatcher
+from router.request.quota import Quota
 from router.request.upstream import TransportFactory, Upstream, aiohttp_transport
 from router.signals.loop import Signals
 from router.spill.keep_warm import KeepWarm
@@ -103,7 +104,7 @@ class Parts:
 
     def background(self) -> tuple[Service, ...]:
         """What runs beside the requests, in start order (closed in reverse)."""
-        return (self.ledger, self.gauges, self.controller, self.keep_warm, self.shadow)
+        return (self.keys, self.ledger, self.gauges, self.controller, self.keep_warm, self.shadow)
 
 
 def build_parts(
@@ -123,15 +124,19 @@ def build_parts(
     early = EarlyBound(config.tasks.max_early_feedback, config.tasks.early_feedback_s)
     ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled, early=early)
     shadow = Shadow(config, store, upstream, telemetry.registry)
+    quota = Quota(store, telemetry.registry)
     dispatcher = Dispatcher(
         config,
         store,
         upstream,
-        books=Books(store, recorder, recording=config.state.record, ledger=ledger, mirror=shadow),
+        books=Books(
+            store, recorder, recording=config.state.record, ledger=ledger, mirror=shadow, quota=quota
+        ),
         policies=build_policies(config),
         signals=signals,
         breakers=Breakers(store, breaker_configs(config)),
         telemetry=telemetry,
+        quota=quota,
     )
     return Parts(
         config,
@@ -146,7 +151,7 @@ def build_parts(
         KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s),
         shadow,
         dispatcher,
-        ApiKeys(config.auth.api_keys),
+        ApiKeys(config.auth, store),
     )
 
 
@@ -226,7 +231,7 @@ def _routes(app: GatewayApp, parts: Parts) -> None:
     app.router.routes.append(feedback_route(parts.ledger, parts.keys, admin, config.limits.body_timeout_s))
     app.router.routes.extend(routes.health_routes(parts.store, config.time_scale))
     app.router.routes.append(routes.metrics_route(parts.telemetry.registry))
-    app.include_router(admin_router(config, parts.store, parts.signals, parts.controller))
+    app.include_router(admin_router(config, parts.store, parts.signals, parts.controller, parts.keys))
 
 
 class Service(Protocol):

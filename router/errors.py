@@ -9,7 +9,9 @@
     │   ├── MethodNotAllowed          405
     │   ├── ClientTooSlow             408 (headers or body later than limits.*_timeout_s)
     │   ├── PayloadTooLarge           413
-    │   ├── RateLimited               429 rate_limit_exceeded
+    │   ├── PermissionDenied          403 permission_denied (a key's models, another caller's task)
+    │   ├── RateLimited               429 rate_limit_exceeded (a key's rpm/tpm, early feedback)
+    │   ├── InsufficientQuota         429 insufficient_quota (a key's budget is spent)
     │   └── HeadersTooLarge           431 (limits.max_header_bytes)
     ├── Overloaded                    503 server_overloaded (limits.max_in_flight / max_connections)
     ├── ServerStopping                503 server_stopping (a stream cut at the end of a drain)
@@ -34,7 +36,7 @@ this tree.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import orjson
 
@@ -46,11 +48,19 @@ class GatewayError(Exception):
     error_type: ClassVar[str] = "api_error"
     code: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, param: str | None = None, detail: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        detail: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.detail = detail or message
+        self.headers = headers or {}  # sent with the error (a rate limit's x-ratelimit-* figures)
 
     @property
     def status_code(self) -> int:
@@ -108,9 +118,26 @@ class RateLimited(ClientError):
     code = "rate_limit_exceeded"
     error_type = "rate_limit_error"
 
+    def __init__(self, message: str, *, retry_after_s: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self._retry_after_s = retry_after_s
+
     @property
     def retry_after_s(self) -> float | None:
-        return 1.0
+        return self._retry_after_s
+
+
+class InsufficientQuota(ClientError):
+    """A key's budget is spent: waiting a second will not help (the SDKs are told not to retry)."""
+
+    status = 429
+    code = "insufficient_quota"
+    error_type = "insufficient_quota"
+
+
+class PermissionDenied(ClientError):
+    status = 403
+    code = "permission_denied"
 
 
 class HeadersTooLarge(ClientError):

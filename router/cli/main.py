@@ -1,9 +1,9 @@
 """The `tidegate` command: `serve` (the gateway for a config file), `demo` (the gateway in
 front of simulated upstreams), `sim` (one simulated upstream), `check-config`, `canary get |
-set` (a model's live canary percent), `stats` (the routes report, once or `--watch`),
-`probe`, `parity` (the production suite against every endpoint of a model), `replay`,
-`trace synth` (traffic to replay and plan with), `plan` and `report` (costs, what-ifs, advice
-and traffic shape).
+set` (a model's live canary percent), `stats` (the routes report, once or `--watch`), `keys`
+(client keys: create, rotate, list, revoke), `probe`, `parity` (the production suite against
+every endpoint of a model), `replay`, `trace synth` (traffic to replay and plan with), `plan`
+and `report` (costs, what-ifs, advice and traffic shape).
 
 Each command lives in its own module of router/cli/, which adds its parser here. The simulator
 is imported only by the commands that start it."""
@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from router.cli import canary, demo, gateway, parity, plan, probe, replay, report, sim, stats, trace
+from router.cli import canary, demo, gateway, keys, parity, plan, probe, replay, report, sim, stats, trace
 from router.cli.serving import configure_logging
 
-_COMMANDS = (gateway, demo, canary, stats, probe, parity, replay, trace, plan, sim, report)
+_COMMANDS = (gateway, demo, canary, stats, keys, probe, parity, replay, trace, plan, sim, report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,6 +39,8 @@ def render_tables(report: dict[str, Any]) -> Group:
             + "%"
         )
         parts += _shape_lines(model.get("traffic_shape") or {})
+        if economics.get("teams"):
+            parts.append(_teams_table(name, economics["teams"]))
         parts += [f"[bold]→[/] {line}" for line in economics["recommendation"]]
         parts.append("")
     return Group(*parts)
@@ -52,6 +54,22 @@ def _cost_table(name: str, model: dict[str, Any], window_s: float) -> Table:
     for route, r in economics["routes"].items():
         table.add_row(route, model["routes"][route]["kind"], *_cost_cells(r), _pct(r.get("utilization")))
     table.add_row("blended", "", *_cost_cells(economics["blended"]), "", style="bold")
+    return table
+
+
+def _teams_table(name: str, teams: dict[str, Any]) -> Table:
+    table = Table(title=f"{name}: by team (named keys)", title_justify="left")
+    for column in ("team", "requests", "ok", "serverless $", "dedicated share $", "$ / ok request"):
+        table.add_column(column, justify="left" if column == "team" else "right")
+    for team, t in teams.items():
+        table.add_row(
+            team,
+            str(t["requests"]),
+            str(t["successes"]),
+            _usd(t["serverless_usd"]),
+            _usd(t["dedicated_share_usd"]),
+            _usd(t["cost_per_success_usd"]),
+        )
     return table
 
 

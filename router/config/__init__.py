@@ -37,6 +37,7 @@ from router.config.sections import (
     StateConfig,
     TasksConfig,
 )
+from router.config.tenants import KeyConfig, Priority
 
 __all__ = [
     "WEEKDAYS",
@@ -52,9 +53,11 @@ __all__ = [
     "GatewayConfig",
     "HedgeConfig",
     "KeepWarmConfig",
+    "KeyConfig",
     "LimitsConfig",
     "ListenConfig",
     "ModelConfig",
+    "Priority",
     "ResponseModel",
     "RetryConfig",
     "RoutingConfig",

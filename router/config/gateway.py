@@ -49,6 +49,16 @@ class GatewayConfig(Frozen):
         return models
 
     @model_validator(mode="after")
+    def _keys_name_known_models(self) -> GatewayConfig:
+        for i, key in enumerate(self.auth.keys):
+            unknown = sorted(set(key.models or ()) - set(self.models))
+            if unknown:
+                raise ValueError(
+                    f"auth.keys[{i}] ({key.name}).models: {unknown[0]!r} is not a configured model"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _schedules_have_history(self) -> GatewayConfig:
         """A keep-warm schedule reads the model's hourly spills from the shared store."""
         for name, model in self.models.items():

@@ -39,7 +39,7 @@ def parse_config(text: str, env: Mapping[str, str]) -> GatewayConfig:
         raise ConfigError([f"not valid YAML: {exc}"]) from exc
     if not isinstance(raw, dict):
         raise ConfigError([f"top level: expected a mapping, found {type(raw).__name__}"])
-    problems: list[str] = []
+    problems: list[str] = _plain_secrets(raw)
     resolved = _substitute(raw, env, "", problems)
     if problems:
         raise ConfigError(problems)
@@ -49,6 +49,21 @@ def parse_config(text: str, env: Mapping[str, str]) -> GatewayConfig:
         raise ConfigError([_describe(err) for err in exc.errors()]) from exc
     check_endpoints(config)
     return config
+
+
+def _plain_secrets(raw: dict[str, Any]) -> list[str]:
+    """auth.keys secrets written in the file itself: a `key` must be one `${VAR}` reference
+    (or use key_sha256), so the file can be shared, committed and shown without the secrets."""
+    auth = raw.get("auth")
+    keys = auth.get("keys") if isinstance(auth, dict) else None
+    problems = []
+    for i, entry in enumerate(keys if isinstance(keys, list) else ()):
+        secret = entry.get("key") if isinstance(entry, dict) else None
+        if isinstance(secret, str) and secret and not _ENV_REF.fullmatch(secret.strip()):
+            problems.append(
+                f"auth.keys[{i}].key: a secret written in the file; use a ${{VAR}} reference or key_sha256"
+            )
+    return problems
 
 
 def _substitute(node: Any, env: Mapping[str, str], path: str, problems: list[str]) -> Any:

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from router.config.frozen import Frozen
+from router.config.tenants import KeyConfig
 
 
 class ListenConfig(Frozen):
@@ -42,7 +43,8 @@ class AuthConfig(Frozen):
     """Client keys that all resolve empty refuse to start, unless `allow_anonymous` says to
     run open: a missing secret must never silently open the gateway."""
 
-    api_keys: tuple[str, ...] = ()  # empty strings are dropped
+    api_keys: tuple[str, ...] = ()  # empty strings are dropped; each an interactive key without a name
+    keys: tuple[KeyConfig, ...] = ()  # named keys: tenants with limits and budgets (docs/tenants.md)
     allow_anonymous: bool = False
     admin_key: str = ""  # empty: the admin API answers 403
 
@@ -53,15 +55,20 @@ class AuthConfig(Frozen):
 
     @model_validator(mode="after")
     def _closed_unless_said(self) -> AuthConfig:
-        if not self.api_keys and not self.allow_anonymous:
+        keyed = self.api_keys or self.keys
+        if not keyed and not self.allow_anonymous:
             raise ValueError(
-                "no client API key is set (every auth.api_keys entry is empty or missing); set one, "
-                "or set auth.allow_anonymous: true to serve without keys"
+                "no client API key is set (every auth.api_keys entry is empty or missing, and no "
+                "auth.keys); set one, or set auth.allow_anonymous: true to serve without keys"
             )
-        if self.api_keys and self.allow_anonymous:
-            raise ValueError("auth.allow_anonymous: true and auth.api_keys both set; choose one")
-        if self.admin_key and self.admin_key in self.api_keys:
-            raise ValueError("auth.admin_key must differ from every client key in auth.api_keys")
+        if keyed and self.allow_anonymous:
+            raise ValueError("auth.allow_anonymous: true and client keys both set; choose one")
+        if self.admin_key and self.admin_key in (*self.api_keys, *(k.key for k in self.keys)):
+            raise ValueError("auth.admin_key must differ from every client key")
+        names = [k.name for k in self.keys]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"auth.keys: the name {twice[0]!r} is used twice")
         return self
 
 

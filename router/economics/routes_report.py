@@ -18,6 +18,7 @@ from policies.base import Reason
 from policies.types import Figures, Snapshot, route_key
 from router.config import DedicatedEndpoint, Endpoint, GatewayConfig
 from router.economics.costs import Span, model_costs, provisioned
+from router.economics.teams import team_costs
 from router.state.latency import Counts, Histogram, Metric, add_counts, resolution_for, window_start
 
 _WINDOW = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*")
@@ -141,7 +142,8 @@ def build_routes_report(
         per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))
         models[name] = _model_totals(per_route_counts) | {
             "routes": per_route,
-            "economics": model_costs(name, model, counts, span),
+            "economics": model_costs(name, model, counts, span)
+            | {"teams": team_costs(name, model, counts, span)},
         }
         if model.shadow is not None:  # its own line, never in the route's figures or the blend
             target = model.shadow.target_name

@@ -19,8 +19,9 @@ from router.economics.report import economics_report
 from router.economics.routes_report import parse_window, routes_report
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
 from router.http.admin_views import model_view, parity_to_store, parity_view, probe_view, ranking_to_store
-from router.http.auth import KeyDigests, bearer_token
+from router.http.auth import ApiKeys, KeyDigests, bearer_token
 from router.http.bodies import read_body
+from router.http.keys_admin import keys_routes
 from router.openai import json_object
 from router.signals.loop import Signals
 from router.state.roles import StateStore
@@ -78,10 +79,11 @@ class Admin:
 
 
 def admin_router(
-    config: GatewayConfig, store: StateStore, signals: Signals, canary: CanaryController
+    config: GatewayConfig, store: StateStore, signals: Signals, canary: CanaryController, keys: ApiKeys
 ) -> APIRouter:
     admin = Admin(config, store, signals, canary)
     router = APIRouter(prefix="/admin", dependencies=[Depends(admin.require)])
+    keys_routes(router, config, store, keys, admin.body)
     _report_routes(router, admin)
     _model_routes(router, admin)
     _canary_routes(router, admin)

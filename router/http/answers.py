@@ -16,4 +16,5 @@ def error_response(exc: GatewayError) -> Response:
     headers = {"x-request-id": new_request_id()}  # the SDKs' `request_id`, on refusals too
     if exc.retry_after_s is not None:
         headers["retry-after"] = f"{exc.retry_after_s:g}"
+    headers.update(exc.headers)
     return Response(exc.body(), status_code=exc.status_code, media_type=JSON, headers=headers)

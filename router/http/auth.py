@@ -1,7 +1,8 @@
 """Bearer keys: kept as SHA-256 digests, compared in constant time. One check for the
 client API keys and the admin key, so both read the header and compare the same way.
 
-A check names the caller: `key-` and the first 12 hex digits of its key's digest (stable
+A check names the caller: a named key (`auth.keys`, or one made through the admin API) by its
+name, an `auth.api_keys` key by `key-` and the first 12 hex digits of its digest (stable
 across restarts and replicas, and not the secret), `anonymous` when the gateway runs open,
 `admin` for the admin key. Tasks and feedback belong to their caller, and the canary weighs
 callers by this name (router/record/tasks.py, router/canary/analysis.py).
@@ -9,13 +10,24 @@ callers by this name (router/record/tasks.py, router/canary/analysis.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
+import logging
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
 
+import orjson
 from starlette.requests import Request
 
-from router.errors import Unauthorized
+from router.config import AuthConfig, KeyConfig
+from router.errors import StoreUnavailable, Unauthorized
+from router.periodic import every
+
+log = logging.getLogger("tidegate")
 
 ANONYMOUS = "anonymous"
 ADMIN = "admin"
@@ -55,23 +67,107 @@ class KeyDigests:
         return self.match(token) is not None
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a valid key says is calling: the caller's name, and its tenant entry when the key is
+    a named one (`auth.keys` or the admin API's keys); None for `auth.api_keys` and anonymous."""
+
+    name: str
+    key: KeyConfig | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    key: KeyConfig
+    until: float | None = None  # a rotated-out secret: valid until then (epoch seconds)
+
+
+class MadeKeys(Protocol):
+    async def made_keys(self) -> dict[str, bytes]: ...
+
+
 class ApiKeys:
-    """Client API keys; with none configured every client is let in (as `anonymous`)."""
+    """The client keys: `auth.api_keys` (interactive, no limits, named by digest), `auth.keys`
+    and the keys made through the admin API (router/http/keys_admin.py), which every replica
+    reads from the store every `refresh_s`. With none at all, every client is let in as
+    `anonymous` (the config allows that only with `auth.allow_anonymous`)."""
 
-    def __init__(self, keys: Iterable[str]) -> None:
-        self._keys = KeyDigests(keys)
+    def __init__(self, auth: AuthConfig, store: MadeKeys | None = None, refresh_s: float = 0.5) -> None:
+        self._plain = KeyDigests(auth.api_keys)
+        self._configured = {_secret_digest(k): _Entry(k) for k in auth.keys}
+        self._made: dict[bytes, _Entry] = {}
+        self._revoked: frozenset[str] = frozenset()
+        self._open = auth.allow_anonymous
+        self._store, self._refresh_s = store, refresh_s
+        self._task: asyncio.Task[None] | None = None
+        self.configured_names = frozenset(k.name for k in auth.keys)
 
-    def check(self, request: Request) -> str:
-        """The caller's name; Unauthorized without a valid key (when keys are configured)."""
-        if not self._keys:
-            return ANONYMOUS
+    def check(self, request: Request) -> Caller:
+        """The caller; Unauthorized without a valid, unexpired key (when keys are configured)."""
+        if self._open:
+            return Caller(ANONYMOUS)
         token = bearer_token(request)
         if token is None:
             raise Unauthorized("You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'.")
-        found = self._keys.match(token)
-        if found is None:
+        found = self._plain.match(token)
+        if found is not None:
+            return Caller("key-" + found.hex()[:12])
+        entry = self._named(_digest(token))
+        if entry is None:
             raise Unauthorized("Incorrect API key provided.")
-        return "key-" + found.hex()[:12]
+        expires = entry.key.expires_at
+        if expires is not None and expires.timestamp() <= time.time():
+            raise Unauthorized(f"This API key expired at {expires.isoformat()}.")
+        return Caller(entry.key.name, entry.key)
+
+    def _named(self, digest: bytes) -> _Entry | None:
+        found = None
+        for table in (self._configured, self._made):  # every digest compared, in constant time
+            for known, entry in table.items():
+                if hmac.compare_digest(digest, known):
+                    found = entry
+        if found is None or found.key.name in self._revoked:
+            return None
+        if found.until is not None and found.until <= time.time():
+            return None
+        return found
+
+    async def refresh(self) -> None:
+        """Read the keys made through the admin API (and revocations) from the store."""
+        if self._store is None:
+            return
+        made: dict[bytes, _Entry] = {}
+        revoked = set()
+        for name, raw in (await self._store.made_keys()).items():
+            stored = orjson.loads(raw)
+            if stored.get("revoked"):
+                revoked.add(name)
+                continue
+            key = KeyConfig.model_validate(stored["key"] | {"key_sha256": stored["secrets"][0]["sha256"]})
+            for secret in stored["secrets"]:
+                made[bytes.fromhex(secret["sha256"])] = _Entry(key, secret.get("until"))
+        self._made, self._revoked = made, frozenset(revoked)
+
+    def start(self) -> None:
+        if self._task is None and self._store is not None:
+            self._task = asyncio.get_running_loop().create_task(every(self._refresh_s, self._refresh_quietly))
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except StoreUnavailable as exc:  # the last keys read stay in force until the store is back
+            log.warning("client keys: %s", exc)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+def _secret_digest(key: KeyConfig) -> bytes:
+    return bytes.fromhex(key.key_sha256) if key.key_sha256 else _digest(key.key)
 
 
 def _digest(key: str) -> bytes:

@@ -36,7 +36,7 @@ log = logging.getLogger("tidegate")
 MAX_FEEDBACK_BYTES = 16 * 1024
 MAX_REASON_CHARS = 256
 _REQUEST_ID = re.compile(r"req_[0-9a-f]{24}")
-_KEY_ID = re.compile(r"key-[0-9a-f]{12}|anonymous")
+_KEY_ID = re.compile(r"key-[0-9a-f]{12}|anonymous|[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # named keys too
 _FIELDS = frozenset({"request_id", "task_id", "success", "reason", "key_id"})
 
 
@@ -58,7 +58,7 @@ class _Said:
 def feedback_route(ledger: TaskLedger, keys: ApiKeys, admin: KeyDigests, body_timeout_s: float) -> Route:
     async def feedback(request: Request) -> Response:
         token = bearer_token(request)
-        caller = None if token is not None and admin.accepts(token) else keys.check(request)
+        caller = None if token is not None and admin.accepts(token) else keys.check(request).name
         body = await read_body(request, MAX_FEEDBACK_BYTES, body_timeout_s)
         said = _parse(body, caller)
         found = await ledger.feedback(said.key, said.success, caller)

@@ -158,7 +158,7 @@ def proxied_endpoint(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: L
         caller = keys.check(request)
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
         peer = request.scope.get("client")
-        client = Client(peer[0] if peer else None, caller)
+        client = Client(peer[0] if peer else None, caller.name, caller.key)
         work = dispatcher.dispatch(path, body, request.scope["headers"], received_at, client)
         reply = await unless_client_leaves(request.receive, work)
         if reply is None:  # the client is gone: nobody to answer

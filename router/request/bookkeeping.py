@@ -14,7 +14,7 @@ from policies.canary import bucket
 from policies.types import route_key
 from router.config import DedicatedEndpoint, Endpoint, ServerlessEndpoint
 from router.economics.cost import token_cost_usd
-from router.record.callers import caller_fields
+from router.record.callers import caller_fields, team_fields
 from router.record.records import Hedge, Measures, Outcome, Recorder, RequestRecord
 from router.record.success import AnswerShape, judge
 from router.record.tasks import TaskLedger
@@ -29,6 +29,7 @@ from router.record.telemetry import (
     ROUTE,
 )
 from router.request.job import Job, ms_since
+from router.request.quota import Quota
 from router.request.relay import StreamResult, Usage, parsed_body, usage_of
 from router.state.latency import Metric
 
@@ -56,6 +57,7 @@ class Books:
         recording: bool = True,
         ledger: TaskLedger | None = None,
         mirror: Mirror | None = None,
+        quota: Quota | None = None,
     ) -> None:
         """`recording=False` keeps the log, metrics and spans but not the store's per-route
         histograms and counters (`state.record`), nor tasks. `ledger` settles each request
@@ -66,6 +68,7 @@ class Books:
         self._recording = recording
         self._ledger = ledger
         self._mirror = mirror
+        self._quota = quota  # settles a named key's tokens and spend once the answer is known
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         if self._recording:
@@ -146,6 +149,12 @@ class Books:
     ) -> None:
         ok = status < 400 and measures.error is None and measures.failed_check is None
         cost = _token_cost(target, measures)
+        key = job.facts.client.key
+        if key is not None and self._quota is not None:
+            self._quota.count(key, ok=ok, usd=cost)
+        if job.grant is not None and self._quota is not None:
+            used = (measures.input_tokens or 0) + (measures.output_tokens or 0)
+            self._quota.settle_later(job.grant, used or job.grant.ask.tokens, cost)
         if self._recording:
             self._count(job, target, status, measures, outcome, ok=ok, cost=cost)
             if target is not None and status < 400:  # the traffic shape's token distributions
@@ -224,6 +233,9 @@ class Books:
             counts["busy_ms"] = busy
             if not ok and isinstance(target, DedicatedEndpoint):
                 counts["wasted_busy_ms"] = busy
+        key = job.facts.client.key
+        if key is not None:  # a named key: its team's requests, successes, spend and slot time
+            counts.update(team_fields(key.team, ok=ok, usd=cost, busy_ms=counts.get("busy_ms", 0.0)))
         if _route_answers_for(job, outcome, measures):
             counts.update(caller_fields(job.facts.client.caller, ok=ok, error="errors" in counts))
         else:

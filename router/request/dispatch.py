@@ -44,6 +44,7 @@ from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
 from router.request.mirror import mirrored
+from router.request.quota import Quota
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
 from router.request.upstream import Upstream
 from router.request.walk import Walk, tidegate_headers
@@ -71,8 +72,10 @@ class Dispatcher:
         signals: Signals,
         breakers: Breakers,
         telemetry: Telemetry,
+        quota: Quota | None = None,
     ) -> None:
         self._config = config
+        self._quota = quota
         self._limits = config.limits
         self._signals = signals
         self._budgets = {name: retry_budget(model.retry) for name, model in config.models.items()}
@@ -98,6 +101,9 @@ class Dispatcher:
         for a request the gateway itself rejects; every other outcome is a Reply, recorded,
         with every slot it took given back (or handed to the Reply's `on_close`)."""
         job = self._job(path, body, headers, received_at, client)
+        if self._quota is not None:  # a named key's limits and budgets, before any upstream
+            job.grant = await self._quota.admit(client.key, job.facts.request, job.facts.request_id)
+        job.span = self._telemetry.start_request(path, job.facts.request.model, headers)
         deadline = job.facts.deadline
         model = job.facts.request.model
         self._budgets[model].request()
@@ -106,17 +112,20 @@ class Dispatcher:
             hedges.request()
         try:
             async with asyncio.timeout_at(deadline):  # a stream's relay keeps to it too
-                return await self._attempts(job)
+                reply = await self._attempts(job)
         except UpstreamFailure as exc:
-            return self._failed(job, exc)
+            reply = self._failed(job, exc)
         except TimeoutError:
-            return self._failed(job, RequestTimeout(REQUEST_TIMEOUT_MESSAGE))
+            reply = self._failed(job, RequestTimeout(REQUEST_TIMEOUT_MESSAGE))
         except asyncio.CancelledError:  # the client left (or the server stops) before an answer
             self._books.record(job, job.walk.last, 499, Measures(error="client_gone"), Outcome.CLIENT_GONE)
             raise
         except Exception as exc:  # a bug of ours: logged and recorded, never a lost request
             log.exception("internal error while dispatching %s for %s", path, model)
-            return self._failed(job, GatewayError(INTERNAL_ERROR_MESSAGE, detail=repr(exc)))
+            reply = self._failed(job, GatewayError(INTERNAL_ERROR_MESSAGE, detail=repr(exc)))
+        if job.grant is not None:
+            reply.headers.update(job.grant.headers)
+        return reply
 
     def _job(
         self,
@@ -159,7 +168,6 @@ class Dispatcher:
         )
         job = Job(facts, Walk(decision.targets, decision.reason))
         self._attempt.body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
-        job.span = self._telemetry.start_request(path, request.model, headers)
         return job
 
     async def _attempts(self, job: Job) -> Reply:

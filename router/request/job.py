@@ -7,14 +7,18 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Span
 
 from policies.types import Snapshot
-from router.config import Endpoint, ModelConfig
+from router.config import Endpoint, KeyConfig, ModelConfig
 from router.openai import RequestPeek
 from router.record.records import Hedge
 from router.request.walk import Walk
+
+if TYPE_CHECKING:
+    from router.request.quota import Grant
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +28,7 @@ class Client:
 
     ip: str | None = None
     caller: str = "anonymous"
+    key: KeyConfig | None = None  # a named key's tenant entry: its limits, budgets and priority
 
 
 NO_CLIENT = Client()  # tests and benchmarks that call the dispatcher directly
@@ -69,6 +74,7 @@ class Job:
     sent: asyncio.Event | None = None  # set when an attempt's request goes out (hedged models only)
     deferred_ms: float = 0.0  # a hedge attempt's: how long after arrival it started
     hedge: Hedge | None = None  # the request hedged: who won, what the loser cost
+    grant: Grant | None = None  # what it took from its key's limits (router/request/quota.py)
 
     def hedge_to(self, walk: Walk[Endpoint]) -> Job:
         """The hedge attempt's own job: the same facts and bodies, its own walk and timings."""

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from policies.types import Snapshot
 from router.state.latency import Counts, Histogram, Metric
+from router.state.quota import QuotaAnswer, QuotaAsk
 from router.state.slots import Lease, Slots
 from router.state.tasks import EarlyBound, Feedback, Settlement, TaskState
 
@@ -140,6 +141,22 @@ class Rankings(Protocol):
         """The model's applied parity verdicts (JSON), if any."""
 
 
+class Quotas(Protocol):
+    """Per-key limits and budgets, and the keys made through the admin API (router/state/quota.py)."""
+
+    async def take_quota(self, ask: QuotaAsk) -> QuotaAnswer: ...
+
+    async def settle_quota(self, ask: QuotaAsk, tokens: int, usd: float) -> None: ...
+
+    async def spent(self, key: str, day: str, month: str) -> tuple[float, float]: ...
+
+    async def put_key(self, name: str, entry: bytes) -> None: ...
+
+    async def delete_key(self, name: str) -> bool: ...
+
+    async def made_keys(self) -> dict[str, bytes]: ...
+
+
 class Spend(Protocol):
     async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:
         """Add `usd` to the shared `ledger` (kept `ttl_s` after its first spend) if it stays
@@ -190,6 +207,7 @@ class StateStore(
     CanaryRuns,
     Rankings,
     Spend,
+    Quotas,
     Snapshots,
     Lifecycle,
     Protocol,

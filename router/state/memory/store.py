@@ -15,12 +15,13 @@ from router.state.memory.control import MemoryControl
 from router.state.memory.leases import MemoryLeases
 from router.state.memory.series import MemorySeries
 from router.state.memory.tasks import MemoryTasks
+from router.state.quota import MemoryQuotas
 from router.state.rankings import diverging, probe_order
 
 _REFRESH_S = 1.0
 
 
-class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks):
+class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks, MemoryQuotas):
     name = "memory"
     degraded = False  # nothing to lose contact with
     fallback_admissions = 0
@@ -37,6 +38,7 @@ class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks):
         MemorySeries.__init__(self, routes, window_s, retention_s)
         MemoryControl.__init__(self)
         MemoryTasks.__init__(self, max_tasks)
+        MemoryQuotas.__init__(self)
         self._task: asyncio.Task[None] | None = None
 
     def snapshot(self) -> Snapshot:

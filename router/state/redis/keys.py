@@ -17,6 +17,7 @@ class Keys:
         self.canary_percent = f"{prefix}:canary"  # model -> live canary percent (hash)
         self.rankings = f"{prefix}:probe"  # model -> applied probe ranking (hash)
         self.parity = f"{prefix}:parity"  # model -> applied parity verdicts (hash)
+        self.made_keys = f"{prefix}:keys"  # name -> a client key made through the admin API (hash)
 
     def slots(self, pool: str) -> str:
         """The pool's leases: a sorted set of tokens scored by their expiry (server ms)."""

@@ -38,6 +38,7 @@ from router.state.redis.control import RedisControl
 from router.state.redis.keys import Keys
 from router.state.redis.leases import RedisLeases
 from router.state.redis.parts import log
+from router.state.redis.quotas import RedisQuotas
 from router.state.redis.series import RedisSeries, as_mapping
 from router.state.redis.tasks import RedisTasks
 from router.state.roles import StoreUnreachableAtStart
@@ -57,7 +58,7 @@ def target_of(url: str, *, cluster: bool) -> RedisCluster | RedisAddress:
     return parse_url(url)
 
 
-class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks):
+class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas):
     name = "redis"
 
     def __init__(

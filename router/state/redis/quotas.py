@@ -1,0 +1,172 @@
+"""Per-key rate limits, budgets and the keys made through the admin API, in Redis
+(router/state/quota.py states the rules; the memory store keeps the same ones). Every key of
+one client key shares a hash tag, so a take is one script on one Cluster node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from router.errors import StoreUnavailable
+from router.state.quota import WINDOW_S, QuotaAnswer, QuotaAsk
+from router.state.redis.parts import RedisParts
+from router.state.redis.scripts import NOW_MS, Script
+from router.state.redis.series import as_mapping
+
+# KEYS: requests log (zset member -> ms), tokens log (zset member -> ms), tokens by member
+# (hash), tokens sum, day spend, month spend. ARGV: member, tokens, rpm, tpm, day cap, month
+# cap (-1: none), window ms. Returns {refused ('' when admitted), requests, tokens, requests
+# reset ms, tokens reset ms, day spend, month spend}.
+_TAKE_LUA = (
+    NOW_MS
+    + """
+local window = tonumber(ARGV[7])
+local cutoff = now_ms - window
+local rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4])
+local day_cap, month_cap = tonumber(ARGV[5]), tonumber(ARGV[6])
+local n = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff)
+if #old > 0 then
+  local gone = 0
+  for _, m in ipairs(old) do
+    gone = gone + tonumber(redis.call('HGET', KEYS[3], m) or '0')
+    redis.call('HDEL', KEYS[3], m)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', cutoff)
+  redis.call('DECRBY', KEYS[4], gone)
+end
+local requests = redis.call('ZCARD', KEYS[1])
+local tokens = tonumber(redis.call('GET', KEYS[4]) or '0')
+local day = tonumber(redis.call('GET', KEYS[5]) or '0')
+local month = tonumber(redis.call('GET', KEYS[6]) or '0')
+local refused = ''
+if day_cap >= 0 and day >= day_cap then refused = 'day_budget'
+elseif month_cap >= 0 and month >= month_cap then refused = 'month_budget'
+elseif rpm >= 0 and requests >= rpm then refused = 'requests'
+elseif tpm >= 0 and n > tpm then refused = 'too_large'
+elseif tpm >= 0 and tokens + n > tpm then refused = 'tokens'
+end
+if refused == '' then
+  if rpm >= 0 then
+    redis.call('ZADD', KEYS[1], now_ms, ARGV[1])
+    redis.call('PEXPIRE', KEYS[1], 2 * window)
+    requests = requests + 1
+  end
+  if tpm >= 0 then
+    redis.call('ZADD', KEYS[2], now_ms, ARGV[1])
+    redis.call('HSET', KEYS[3], ARGV[1], n)
+    redis.call('INCRBY', KEYS[4], n)
+    for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], 2 * window) end
+    tokens = tokens + n
+  end
+end
+local function reset(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #first == 0 then return 0 end
+  return math.max(0, tonumber(first[2]) + window - now_ms)
+end
+return {refused, requests, tokens, reset(KEYS[1]), reset(KEYS[2]), tostring(day), tostring(month)}
+"""
+)
+
+# KEYS: tokens by member (hash), tokens sum, day spend, month spend. ARGV: member, tokens,
+# usd, day ttl ms, month ttl ms. The estimate becomes the answer's tokens; the spend is added.
+_SETTLE_LUA = """
+local before = redis.call('HGET', KEYS[1], ARGV[1])
+if before then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('INCRBY', KEYS[2], tonumber(ARGV[2]) - tonumber(before))
+end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('INCRBYFLOAT', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  redis.call('INCRBYFLOAT', KEYS[4], ARGV[3])
+  redis.call('PEXPIRE', KEYS[4], ARGV[5])
+end
+return 1
+"""
+
+TAKE = Script(_TAKE_LUA)
+SETTLE = Script(_SETTLE_LUA)
+_DAY_MS = 2 * 86400 * 1000  # a day's ledger outlives its day (reports read yesterday's)
+_MONTH_MS = 62 * 86400 * 1000
+
+
+class RedisQuotas(RedisParts):
+    def _quota_keys(self, key: str) -> list[str]:
+        base = f"{self._keys.prefix}:q:{{{key}}}"
+        return [f"{base}:req", f"{base}:tokt", f"{base}:tokn", f"{base}:toks"]
+
+    def _spend_keys(self, key: str, day: str, month: str) -> list[str]:
+        base = f"{self._keys.prefix}:q:{{{key}}}"
+        return [f"{base}:usd:{day}", f"{base}:usd:{month}"]
+
+    async def _quota_call(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await self._batch.call_script(script, keys, args)
+        except RedisError as exc:
+            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
+
+    async def take_quota(self, ask: QuotaAsk) -> QuotaAnswer:
+        keys = self._quota_keys(ask.key) + self._spend_keys(ask.key, ask.day, ask.month)
+        args = [
+            ask.member,
+            ask.tokens,
+            _or_none(ask.rpm),
+            _or_none(ask.tpm),
+            _or_none(ask.max_usd_per_day),
+            _or_none(ask.max_usd_per_month),
+            int(WINDOW_S * 1000),
+        ]
+        found = await self._quota_call(f"the limits of {ask.key} could not be checked", TAKE, keys, args)
+        refused = _text(found[0])
+        return QuotaAnswer(
+            refused or None,
+            int(found[1]),
+            int(found[2]),
+            int(found[3]) / 1000,
+            int(found[4]) / 1000,
+            float(_text(found[5])),
+            float(_text(found[6])),
+        )
+
+    async def settle_quota(self, ask: QuotaAsk, tokens: int, usd: float) -> None:
+        keys = self._quota_keys(ask.key)[2:] + self._spend_keys(ask.key, ask.day, ask.month)
+        args = [ask.member, tokens, repr(usd), _DAY_MS, _MONTH_MS]
+        await self._quota_call(f"the usage of {ask.key} could not be settled", SETTLE, keys, args)
+
+    async def spent(self, key: str, day: str, month: str) -> tuple[float, float]:
+        found = []
+        for name in self._spend_keys(key, day, month):
+            value = await self._quota_call(f"the spend of {key} could not be read", _GET, [name], [])
+            found.append(float(_text(value) or 0))
+        return found[0], found[1]
+
+    async def put_key(self, name: str, entry: bytes) -> None:
+        await self._quota_call("the key could not be stored", _HSET, [self._keys.made_keys], [name, entry])
+
+    async def delete_key(self, name: str) -> bool:
+        gone = await self._quota_call("the key could not be revoked", _HDEL, [self._keys.made_keys], [name])
+        return int(gone) == 1
+
+    async def made_keys(self) -> dict[str, bytes]:
+        found = await self._quota_call("the keys could not be read", _HGETALL, [self._keys.made_keys], [])
+        return {k.decode(): v for k, v in as_mapping(found).items()}
+
+
+_GET = Script("return redis.call('GET', KEYS[1])")
+_HSET = Script("return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])")
+_HDEL = Script("return redis.call('HDEL', KEYS[1], ARGV[1])")
+_HGETALL = Script("return redis.call('HGETALL', KEYS[1])")
+
+
+def _or_none(value: float | None) -> Any:
+    return -1 if value is None else repr(value) if isinstance(value, float) else value
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
