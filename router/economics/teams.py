@@ -11,8 +11,32 @@ from policies.types import route_key
 from router.config import DedicatedEndpoint, ModelConfig
 from router.economics.cost import per_success
 from router.economics.costs import Span, provisioned
-from router.record.callers import teams_of
 from router.state.latency import Counts
+
+TEAM = "team:"
+
+
+def team_fields(team: str, *, ok: bool, usd: float, busy_ms: float) -> dict[str, float]:
+    """The counters one request of a named key adds on its route for the key's team
+    (`team:<team>:n|ok|usd|busy_ms`): the economics report's cost per success by team."""
+    fields = {f"{TEAM}{team}:n": 1.0}
+    if ok:
+        fields[f"{TEAM}{team}:ok"] = 1.0
+    if usd:
+        fields[f"{TEAM}{team}:usd"] = usd
+    if busy_ms:
+        fields[f"{TEAM}{team}:busy_ms"] = busy_ms
+    return fields
+
+
+def teams_of(counts: Counts) -> dict[str, dict[str, float]]:
+    """Per team, its fields in one route's counters."""
+    found: dict[str, dict[str, float]] = {}
+    for name, value in counts.items():
+        if name.startswith(TEAM):
+            team, _, field = name[len(TEAM) :].rpartition(":")
+            found.setdefault(team, {})[field] = value
+    return found
 
 
 def team_costs(name: str, model: ModelConfig, counts: dict[str, Counts], span: Span) -> dict[str, Any]:

@@ -47,29 +47,3 @@ def callers_of(totals: Iterable[Counts]) -> dict[str, CallerCounts]:
         for caller, f in found.items()
         if f.get("n", 0.0) > 0
     }
-
-
-TEAM = "team:"
-
-
-def team_fields(team: str, *, ok: bool, usd: float, busy_ms: float) -> dict[str, float]:
-    """The counters one request of a named key adds on its route for the key's team
-    (`team:<team>:n|ok|usd|busy_ms`): the economics report's cost per success by team."""
-    fields = {f"{TEAM}{team}:n": 1.0}
-    if ok:
-        fields[f"{TEAM}{team}:ok"] = 1.0
-    if usd:
-        fields[f"{TEAM}{team}:usd"] = usd
-    if busy_ms:
-        fields[f"{TEAM}{team}:busy_ms"] = busy_ms
-    return fields
-
-
-def teams_of(counts: Counts) -> dict[str, dict[str, float]]:
-    """Per team, its fields in one route's counters."""
-    found: dict[str, dict[str, float]] = {}
-    for name, value in counts.items():
-        if name.startswith(TEAM):
-            team, _, field = name[len(TEAM) :].rpartition(":")
-            found.setdefault(team, {})[field] = value
-    return found

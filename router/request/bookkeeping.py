@@ -14,7 +14,8 @@ from policies.canary import bucket
 from policies.types import route_key
 from router.config import DedicatedEndpoint, Endpoint, ServerlessEndpoint
 from router.economics.cost import token_cost_usd
-from router.record.callers import caller_fields, team_fields
+from router.economics.teams import team_fields
+from router.record.callers import caller_fields
 from router.record.records import Hedge, Measures, Outcome, Recorder, RequestRecord
 from router.record.success import AnswerShape, judge
 from router.record.tasks import TaskLedger
