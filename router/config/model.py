@@ -38,12 +38,25 @@ class ResponseModel(StrEnum):
     UPSTREAM = "upstream"  # answers keep the upstream's id (it is also in x-tidegate-upstream-model)
 
 
+class BatchConfig(Frozen):
+    """Requests of `batch` keys (docs/tenants.md): they wait for a dedicated slot behind every
+    interactive request, never taking the pool's last `reserve_slots`, for up to `max_wait_s`
+    (or the client's `x-tidegate-deadline-ms`, if sooner); then `on_timeout` decides: `reject`
+    (503 with Retry-After) or `spill` to serverless like an interactive request. A pool keeps
+    at most its size less one in reserve: a pool of one slot is batch's too."""
+
+    max_wait_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
+    reserve_slots: Annotated[int, Field(ge=0)] = 1
+    on_timeout: Literal["reject", "spill"] = "reject"
+
+
 class RoutingConfig(Frozen):
     serverless: ServerlessOrder = ServerlessOrder.CONFIGURED
     min_samples: Annotated[int, Field(ge=1)] = 20  # before `fastest` trusts a route's figures
     explore_percent: Annotated[float, Field(ge=0, le=100)] = 5.0  # keys sent to unmeasured routes
     max_queue_ms: Annotated[float, Field(ge=0, le=10_000)] = 0.0  # wait for a dedicated slot; 0: spill
     admission: Admission = Admission.SLOTS  # or predicted_ttft (policies/predicted_ttft.py)
+    batch: BatchConfig = BatchConfig()  # how batch keys' requests wait (router/request/priority.py)
 
 
 class RetryConfig(Frozen):

@@ -196,6 +196,15 @@ def _pool_entry(endpoint: DedicatedEndpoint, c: Counts, snapshot: Snapshot, span
         "queue_depth": snapshot.queue_depth(endpoint.name),
         "utilization": round(c.get("busy_ms", 0.0) / 1000 / capacity_s, 4) if capacity_s > 0 else 0.0,
     }
+    if c.get("batch"):  # batch keys' requests (router/request/priority.py): what they added
+        interactive_ms = c.get("busy_ms", 0.0) - c.get("batch_busy_ms", 0.0)
+        entry["utilization_without_batch"] = (
+            round(interactive_ms / 1000 / capacity_s, 4) if capacity_s > 0 else 0.0
+        )
+        entry["batch"] = {
+            "requests": int(c["batch"]),
+            "avoided_serverless_usd": round(c.get("batch_avoided_usd", 0.0), 6),
+        }
     prefill = snapshot.prefill.get(endpoint.name)
     if prefill is None:
         return entry

@@ -6,6 +6,7 @@ in its `on_close`, after the books are written)."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import anyio
@@ -21,6 +22,7 @@ from router.record.telemetry import Telemetry, trace_headers
 from router.request.bookkeeping import Books, end_span
 from router.request.breaker import Breakers
 from router.request.job import Job, ms_since, overhead_ms
+from router.request.priority import POLL_S
 from router.request.relay import SseRelay, StreamResult, relay_stream
 from router.request.reply import REQUEST_ID_HEADER, Reply
 from router.request.upstream import Upstream, response_headers
@@ -141,8 +143,10 @@ class Attempter:
 
     async def _acquire(self, job: Job, target: DedicatedEndpoint, *, first: bool) -> Lease | None:
         """A slot on `target`; the first try may wait in line as long as the policy allowed."""
-        wait_s = job.facts.queue_ms / 1000.0 if first else 0.0
         facts = job.facts
+        if facts.batch_wait_s is not None:
+            return await self._acquire_batch(job, target, facts.batch_wait_s if first else 0.0)
+        wait_s = job.facts.queue_ms / 1000.0 if first else 0.0
         slots = Slots(
             target.max_concurrency,
             facts.request.sequences,
@@ -156,6 +160,23 @@ class Attempter:
         lease = await self._store.try_acquire(target.name, slots, wait_s)
         job.queue_ms = ms_since(started)
         self._books.observe(route_key(job.facts.request.model, target.name), Metric.QUEUE, job.queue_ms)
+        return lease
+
+    async def _acquire_batch(self, job: Job, target: DedicatedEndpoint, wait_s: float) -> Lease | None:
+        """A batch request's slot (router/request/priority.py): asked for outside the line, on
+        the pool less its reserve, again every POLL_S (jittered) until `wait_s` is over."""
+        facts = job.facts
+        reserve = min(facts.config.routing.batch.reserve_slots, target.max_concurrency - 1)
+        slots = Slots(target.max_concurrency - reserve, facts.request.sequences, 0, facts.prompt_tokens)
+        started = time.monotonic()
+        lease = await self._store.try_acquire(target.name, slots)
+        while lease is None and time.monotonic() - started < wait_s:
+            await asyncio.sleep(
+                min(POLL_S * (0.5 + random.random()), max(0.0, started + wait_s - time.monotonic()))
+            )
+            lease = await self._store.try_acquire(target.name, slots)
+        job.queue_ms = ms_since(started)
+        self._books.observe(route_key(facts.request.model, target.name), Metric.QUEUE, job.queue_ms)
         return lease
 
     async def _body_reply(self, job: Job, target: Endpoint, response: httpx.Response) -> Reply:

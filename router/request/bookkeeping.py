@@ -234,9 +234,7 @@ class Books:
             counts["busy_ms"] = busy
             if not ok and isinstance(target, DedicatedEndpoint):
                 counts["wasted_busy_ms"] = busy
-        key = job.facts.client.key
-        if key is not None:  # a named key: its team's requests, successes, spend and slot time
-            counts.update(team_fields(key.team, ok=ok, usd=cost, busy_ms=counts.get("busy_ms", 0.0)))
+        counts.update(_tenant_counts(job, target, measures, counts.get("busy_ms", 0.0), ok=ok, cost=cost))
         if _route_answers_for(job, outcome, measures):
             counts.update(caller_fields(job.facts.client.caller, ok=ok, error="errors" in counts))
         else:
@@ -279,6 +277,34 @@ class Books:
                 counts = {"busy_ms": busy, "wasted_busy_ms": busy, "failed_attempts": 1}
                 counts.update(caller_fields(job.facts.client.caller, ok=False, error=True))
                 self._store.count(route, counts)
+
+
+def _tenant_counts(
+    job: Job, target: Endpoint | None, measures: Measures, busy_ms: float, *, ok: bool, cost: float
+) -> dict[str, float]:
+    """A named key's team counters and a batch request's share of its route."""
+    counts: dict[str, float] = {}
+    if job.facts.batch_wait_s is not None:
+        counts.update(_batch_counts(job, target, measures, busy_ms))
+    key = job.facts.client.key
+    if key is not None:  # its team's requests, successes, spend and slot time
+        counts.update(team_fields(key.team, ok=ok, usd=cost, busy_ms=busy_ms))
+    return counts
+
+
+def _batch_counts(job: Job, target: Endpoint | None, measures: Measures, busy_ms: float) -> dict[str, float]:
+    """A batch request's share of its route: its slot time, and on a dedicated pool what the
+    model's first serverless endpoint would have charged for its answer (the spill it did not
+    make; a served answer, whether or not it passed the success checks)."""
+    counts = {"batch": 1.0, "batch_busy_ms": busy_ms}
+    serverless = job.facts.config.serverless
+    if measures.error is None and isinstance(target, DedicatedEndpoint) and serverless:
+        price = serverless[0]
+        tokens_in, tokens_out = measures.input_tokens or 0, measures.output_tokens or 0
+        counts["batch_avoided_usd"] = token_cost_usd(
+            tokens_in, tokens_out, price.usd_per_mtok_in, price.usd_per_mtok_out
+        )
+    return counts
 
 
 def _token_counts(measures: Measures) -> dict[str, float]:

@@ -44,6 +44,7 @@ from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
 from router.request.mirror import mirrored
+from router.request.priority import batch_targets, batch_wait_s
 from router.request.quota import Quota
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
 from router.request.upstream import Upstream
@@ -149,6 +150,8 @@ class Dispatcher:
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
+        batch_wait = batch_wait_s(config, client.key, headers, remaining_s)
+        targets = decision.targets if batch_wait is None else batch_targets(config, decision.targets)
         facts = Facts(
             path,
             request,
@@ -165,9 +168,10 @@ class Dispatcher:
             decision.admit_within,
             request.prompt_tokens if predicted else 0,
             mirrored(config, request, request_id, headers),
+            batch_wait,
         )
-        job = Job(facts, Walk(decision.targets, decision.reason))
-        self._attempt.body_for(job, decision.targets[0])  # a body we cannot forward is the client's 400
+        job = Job(facts, Walk(targets, decision.reason))
+        self._attempt.body_for(job, targets[0])  # a body we cannot forward is the client's 400
         return job
 
     async def _attempts(self, job: Job) -> Reply:

@@ -54,6 +54,7 @@ class Facts:
     admit_within: Mapping[str, int]  # pool -> most pending prompt tokens (predicted-TTFT admission)
     prompt_tokens: int  # counted as pending prefill on a dedicated pool (0: not counted)
     mirrored: bool = False  # sent to the model's shadow endpoint once answered (router/request/mirror.py)
+    batch_wait_s: float | None = None  # a batch request: how long it may wait for a slot (priority.py)
 
 
 @dataclass(slots=True)

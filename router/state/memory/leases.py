@@ -12,20 +12,21 @@ from collections.abc import Sequence
 
 from router.state.slots import Lease, Slots
 
+_Waiter = tuple[asyncio.Future[Lease], int, int, int]
+
 
 class MemoryLeases:
     def __init__(self) -> None:
         self._held: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> weight
         self._used: defaultdict[str, int] = defaultdict(int)  # pool -> slots held
-        self._capacity: dict[str, int] = {}
         self._pending: defaultdict[str, dict[str, int]] = defaultdict(dict)  # pool -> token -> tokens
         self._pending_sum: defaultdict[str, int] = defaultdict(int)
-        self._queues: defaultdict[str, deque[tuple[asyncio.Future[Lease], int, int]]] = defaultdict(deque)
+        # pool -> waiters: (future, weight, prompt tokens, the capacity each asked for)
+        self._queues: defaultdict[str, deque[_Waiter]] = defaultdict(deque)
         self._tokens = itertools.count()
         self._prefill_samples: dict[str, deque[tuple[float, float]]] = {}
 
     async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None:
-        self._capacity[pool] = slots.capacity
         queue = self._queues[pool]
         if self._used[pool] + slots.weight <= slots.capacity and not queue:
             if not self._prefill_fits(pool, slots):
@@ -34,7 +35,7 @@ class MemoryLeases:
         if wait_s <= 0 or len(queue) >= slots.max_waiters:
             return None
         waiter: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        entry = (waiter, slots.weight, slots.prompt_tokens)
+        entry = (waiter, slots.weight, slots.prompt_tokens, slots.capacity)  # its own pool size
         queue.append(entry)
         try:
             return await asyncio.wait_for(asyncio.shield(waiter), wait_s)
@@ -90,9 +91,10 @@ class MemoryLeases:
             return
         self._used[lease.pool] -= weight
         queue = self._queues[lease.pool]
-        capacity = self._capacity.get(lease.pool, 0)
-        while queue and self._used[lease.pool] + queue[0][1] <= capacity:  # FIFO: the head first
-            waiter, wanted, prompt_tokens = queue.popleft()
+        # FIFO: the head first, within the capacity it asked for (a caller asking for a smaller
+        # pool, a batch request or a shadow, never changes what a waiter may have)
+        while queue and self._used[lease.pool] + queue[0][1] <= queue[0][3]:
+            waiter, wanted, prompt_tokens, _ = queue.popleft()
             if not waiter.done():
                 waiter.set_result(self._grant(lease.pool, wanted, prompt_tokens))
 
