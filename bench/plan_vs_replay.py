@@ -39,7 +39,7 @@ import orjson
 
 from router.economics.cost import token_cost_usd
 from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
-from router.offline.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route
+from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route
 from router.offline.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
 from router.offline.replay import load, window
 from router.offline.timelapse import scale_config

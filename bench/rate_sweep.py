@@ -32,7 +32,7 @@ from rich.progress import Progress
 from bench.plan_vs_replay import SLICES, TRACES
 from router.economics.cost import break_even_utilization, token_cost_usd
 from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
-from router.offline.planner.model import Plan, System
+from router.offline.planner.plans import Plan, System
 from router.offline.planner.sweep import evaluate
 from router.offline.replay import Arrival, load, scale_rate, window
 

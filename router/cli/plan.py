@@ -43,7 +43,7 @@ from router.offline.calibration import (
     ServerlessCalibration,
     TtftDistribution,
 )
-from router.offline.planner.model import System
+from router.offline.planner.plans import System
 from router.offline.planner.sweep import Grid, break_even, choose, pareto, sweep
 from router.offline.replay import Arrival, load, scale_rate, window
 
@@ -233,7 +233,11 @@ def _inputs(
         return "no rows in that window"
     if args.price_sweep and 0 not in args.replicas:
         return "--price-sweep compares with all-serverless: keep 0 in --replicas"
-    return rows, System(d, s, window_s=window_s, max_waiters=max_waiters), d, s, start
+    if not 0 <= args.batch_share <= 1 or args.batch_reserve < 0 or args.batch_max_wait_s <= 0:
+        return "--batch-share must be from 0 to 1, --batch-reserve >= 0, --batch-max-wait-s > 0"
+    batch = {"batch_share": args.batch_share, "batch_reserve": args.batch_reserve}
+    system = System(d, s, window_s, max_waiters, batch_max_wait_s=args.batch_max_wait_s, **batch)
+    return rows, system, d, s, start
 
 
 def _write(found: dict[str, Any], args: argparse.Namespace, requests: int, elapsed: float) -> int:
@@ -290,6 +294,9 @@ _OPTIONS = (
     option("--scale-rate", type=float, default=1.0, help="multiply the arrival rate"),
     option("--seed", type=int, default=0),
     option("--slo-ttft-ms", type=float, default=2000.0),
+    option("--batch-share", type=float, default=0.0, help="of requests: batch traffic (docs/tenants.md)"),
+    option("--batch-reserve", type=int, default=1, help="routing.batch.reserve_slots"),
+    option("--batch-max-wait-s", type=float, default=300.0, help="routing.batch.max_wait_s"),
     option(
         "--target", type=float, default=0.95, help="share of requests within the SLO a plan must meet (0-1)"
     ),

@@ -22,7 +22,7 @@ from rich.table import Table
 from router.cli.progress import counting
 from router.config import WEEKDAYS
 from router.economics.schedule import HOUR_S, config_schedule
-from router.offline.planner.model import System
+from router.offline.planner.plans import System
 from router.offline.planner.schedule import (
     choose_counts,
     compare,

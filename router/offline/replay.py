@@ -176,7 +176,8 @@ def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) ->
         route = r.get("route") or "-"
         if route in pricing.dedicated_routes:  # slot time inside the span: what was paid for
             at = float(r.get("at_s") or 0.0)
-            busy_s += max(0.0, min(at + (r.get("e2e_ms") or 0.0) / 1000, span_s) - at)
+            held_from = float(r.get("admitted_s", at))  # a batch request held its slot after its wait
+            busy_s += max(0.0, min(at + (r.get("e2e_ms") or 0.0) / 1000, span_s) - held_from)
             continue
         prices = pricing.serverless_usd_per_mtok.get(route)
         if prices is None:
@@ -206,7 +207,11 @@ def summary(
     """What a replay measured (or a plan predicted: the same records, the same figures). A
     replay whose sender fell behind its schedule (send lag p99 over `lag_p99_ms`) measured
     the client, not the system: it is marked invalid. With `pricing` and the trace's
-    `span_s`, also its cost, cost per SLO-successful task and dedicated utilization."""
+    `span_s`, also its cost, cost per SLO-successful task and dedicated utilization. Records
+    marked `batch` (the planner's batch share) are out of the TTFT figures; one answered
+    within its wait is a success, and its cost counts."""
+    batch = [r for r in records if r.get("batch")]  # the planner's batch share: no TTFT SLO
+    everything, records = records, [r for r in records if not r.get("batch")] if batch else records
     sent = [r for r in records if r.get("sent")]
     ok = [r for r in sent if r.get("ok")]
     ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
@@ -246,9 +251,14 @@ def summary(
         if records
         else None,
     }
+    done = [r for r in batch if r.get("ok")]
+    if batch:  # a batch request succeeds when it is answered within its wait
+        on_dedicated = sum(1 for r in done if r.get("reason") == "batch")
+        found["batch"] = {"requests": len(batch), "answered": len(done), "on_dedicated": on_dedicated}
     if pricing is not None and span_s is not None:
-        found |= costs(records, pricing, span_s)
-        found["cost_per_slo_success_usd"] = round(found["cost_usd"] / len(within), 8) if within else None
+        found |= costs(everything, pricing, span_s)
+        successes = len(within) + len(done)
+        found["cost_per_slo_success_usd"] = round(found["cost_usd"] / successes, 8) if successes else None
     return found
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from router.economics.cost import break_even_utilization, token_cost_usd
 from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS, DedicatedCalibration
-from router.offline.planner.model import Plan, System
+from router.offline.planner.plans import Plan, System
 from router.offline.planner.sweep import evaluate
 from router.offline.replay import Arrival, load, window
 

@@ -17,7 +17,7 @@ from router.economics.cost import replica_seconds
 from router.economics.costs import schedule_of
 from router.economics.schedule import config_schedule
 from router.offline.calibration import DEDICATED, SERVERLESS
-from router.offline.planner.model import System
+from router.offline.planner.plans import System
 from router.offline.planner.schedule import (
     HourOption,
     choose_counts,

@@ -33,54 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.offline.calibration import ColdLoad, DedicatedCalibration, ServerlessCalibration
+from router.offline.calibration import ColdLoad
+from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route, keep_warm_times
 from router.offline.replay import Arrival
 from router.offline.stats import TimeWindow
-
-SERVERLESS_ROUTE = "serverless"
-
-
-def dedicated_route(index: int) -> str:
-    return f"dedicated-{index}"
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """One candidate: how many dedicated replicas, and the routing settings for them."""
-
-    replicas: int
-    max_concurrency: int = 16  # slots per replica (the gateway's max_concurrency per endpoint)
-    max_queue_ms: float = 0.0  # routing.max_queue_ms
-    canary_percent: float = 100.0
-    # routing.admission predicted_ttft with this slo.ttft_budget_ms (None: slots alone);
-    # max_concurrency is then only the ceiling
-    ttft_budget_ms: float | None = None
-    keep_warm_s: float = 0.0  # serverless keep-warm: a 1-token request this often (0: off)
-
-    @property
-    def label(self) -> str:
-        if self.replicas == 0:
-            return "all-serverless" + self._warm
-        canary = "" if self.canary_percent >= 100 else f" canary {self.canary_percent:g}%"
-        if self.ttft_budget_ms is not None:
-            admission = f"predicted<={self.ttft_budget_ms:g}ms c<={self.max_concurrency}"
-        else:
-            admission = f"c={self.max_concurrency} q={self.max_queue_ms:g}ms"
-        return f"{self.replicas}x ded {admission}{canary}{self._warm}"
-
-    @property
-    def _warm(self) -> str:
-        return f" warm/{self.keep_warm_s:g}s" if self.keep_warm_s > 0 else ""
-
-
-@dataclass(frozen=True, slots=True)
-class System:
-    dedicated: DedicatedCalibration
-    serverless: ServerlessCalibration
-    window_s: float = 60.0  # the gateway's latency window (state.window_s), in trace seconds
-    max_waiters: int = 64  # per dedicated endpoint (max_waiters)
-    gateway_overhead_s: float = 0.0  # added to every TTFT: the gateway's own time
-    min_samples: int = 20  # routing.min_samples: before a route's windowed figures are trusted
 
 
 @dataclass(slots=True)
@@ -92,6 +48,8 @@ class _Request:
     first_token_at: float = 0.0
     done_at: float = 0.0
     waiting: bool = False
+    batch: bool = False
+    admitted_at: float | None = None  # a batch request's slot, after its wait
 
 
 @dataclass(slots=True)
@@ -116,6 +74,11 @@ class _Run:
         self._system = system
         self._rng = random.Random(seed)
         self._requests = [_Request(i, a) for i, a in enumerate(arrivals)]
+        if system.batch_share > 0:  # which requests are batch: seeded, apart from the routing's draws
+            picks = random.Random(seed + 1)
+            for request in self._requests:
+                request.batch = picks.random() < system.batch_share
+        self._batch_waiters: deque[int] = deque()
         self._replicas = [_Replica(i) for i in range(plan.replicas)]
         self._events: list[tuple[float, int, str, int, int]] = []
         self._order = itertools.count()
@@ -134,6 +97,7 @@ class _Run:
             "first": self._first_token,
             "decode": self._decode_check,
             "timeout": self._timeout,
+            "batch_timeout": self._batch_timeout,
             "warm": self._warm,
         }
         while self._events:
@@ -154,6 +118,9 @@ class _Run:
             return
         if plan.canary_percent < 100 and self._rng.random() * 100 >= plan.canary_percent:
             self._serverless(now, request, "canary_out")
+            return
+        if request.batch:
+            self._arrive_batch(now, request)
             return
         if plan.ttft_budget_ms is not None:
             self._predicted(now, request, plan.ttft_budget_ms)
@@ -241,6 +208,39 @@ class _Run:
             replica.slots_used += 1
             waiter.reason = "baseline"
             self._admit(now, replica, waiter)
+        elif self._batch_waiters and replica.slots_used < self._batch_cap():  # then batch's turn
+            self._batch_take(now, replica, self._requests[self._batch_waiters.popleft()])
+
+    # batch -----------------------------------------------------------------------------------
+
+    def _batch_cap(self) -> int:
+        """The slots batch may hold per replica: the pool less its reserve (at most all but one)."""
+        size = self._plan.max_concurrency
+        return size - min(self._system.batch_reserve, size - 1)
+
+    def _arrive_batch(self, now: float, request: _Request) -> None:
+        if not self._waiters:  # an interactive request in line comes first
+            for replica in self._replicas:
+                if replica.slots_used < self._batch_cap():
+                    self._batch_take(now, replica, request)
+                    return
+        request.waiting = True
+        self._batch_waiters.append(request.index)
+        self._push(now + self._system.batch_max_wait_s, "batch_timeout", request.index)
+
+    def _batch_take(self, now: float, replica: _Replica, request: _Request) -> None:
+        request.waiting = False
+        request.admitted_at = now
+        replica.slots_used += 1
+        request.reason = "batch"
+        self._admit(now, replica, request)
+
+    def _batch_timeout(self, now: float, index: int, _: int) -> None:
+        request = self._requests[index]
+        if request.waiting:  # refused after its wait (503): no route, no answer
+            request.waiting = False
+            self._batch_waiters.remove(index)
+            request.reason, request.first_token_at = "batch_timeout", now
 
     # serverless ----------------------------------------------------------------------------
 
@@ -329,7 +329,23 @@ class _Run:
 
     def _record(self, r: _Request) -> dict[str, Any]:
         overhead = self._system.gateway_overhead_s
-        return {
+        if r.reason == "batch_timeout":
+            return {
+                "index": r.index,
+                "at_s": r.arrival.at_s,
+                "input_tokens": r.arrival.input_tokens,
+                "output_tokens": 0,
+                "sent": True,
+                "ok": False,
+                "route": None,
+                "reason": r.reason,
+                "ttft_ms": None,
+                "e2e_ms": None,
+                "lag_ms": 0.0,
+                "batch": True,
+            }
+        found = {
+            "batch": r.batch,
             "index": r.index,
             "at_s": r.arrival.at_s,
             "input_tokens": r.arrival.input_tokens,
@@ -342,14 +358,9 @@ class _Run:
             "e2e_ms": (r.done_at - r.arrival.at_s + overhead) * 1000,
             "lag_ms": 0.0,
         }
-
-
-def keep_warm_times(plan: Plan, until_s: float) -> list[float]:
-    """When the keep-warm pings go out over a trace ending at `until_s` (router/spill/keep_warm.py,
-    `when: always`: from the start, every `keep_warm_s`)."""
-    if plan.keep_warm_s <= 0 or plan.replicas < 0:
-        return []
-    return [i * plan.keep_warm_s for i in range(int(until_s // plan.keep_warm_s) + 1)]
+        if r.admitted_at is not None:  # the slot was held from then, not from the arrival
+            found["admitted_s"] = r.admitted_at
+        return found
 
 
 def simulate(arrivals: Sequence[Arrival], plan: Plan, system: System, seed: int = 0) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.economics.schedule import HOUR_S, WEEK_HOURS, by_time_of_day
-from router.offline.planner.model import Plan, System
+from router.offline.planner.plans import Plan, System
 from router.offline.planner.sweep import evaluate
 from router.offline.planner.workers import in_processes
 from router.offline.replay import Arrival

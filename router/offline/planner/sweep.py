@@ -17,14 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.economics.cost import token_cost_usd
-from router.offline.planner.model import (
-    SERVERLESS_ROUTE,
-    Plan,
-    System,
-    dedicated_route,
-    keep_warm_times,
-    simulate,
-)
+from router.offline.planner.model import simulate
+from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route, keep_warm_times
 from router.offline.planner.workers import in_processes
 from router.offline.replay import Arrival, Pricing, summary
 
