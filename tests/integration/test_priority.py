@@ -111,17 +111,19 @@ def test_a_batch_request_past_its_deadline_is_refused_or_spills_as_configured(tm
     ded, sl = sims
     for on_timeout in ("reject", "spill"):
         config = write_config(tmp_path / f"{on_timeout}.yaml", ded, sl, redis_url, on_timeout)
-        with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
-            with concurrent.futures.ThreadPoolExecutor(8) as pool:
-                hold = [pool.submit(ask, gw.url, BATCH, 100) for _ in range(CAPACITY - 1)]
-                wait_until(lambda: ded.stats()["running"] == CAPACITY - 1, timeout=10)
-                started = time.monotonic()
-                late = ask(gw.url, BATCH, x_tidegate_deadline_ms="300")
-                waited = time.monotonic() - started
-                bad = ask(gw.url, BATCH, x_tidegate_deadline_ms="soon")
-                marked = ask(gw.url, USER, 2, x_tidegate_priority="batch", x_tidegate_deadline_ms="200")
-                for f in hold:
-                    f.result()
+        with (
+            CliProcess("serve", "--config", str(config), "--port", "0") as gw,
+            concurrent.futures.ThreadPoolExecutor(8) as pool,
+        ):
+            hold = [pool.submit(ask, gw.url, BATCH, 100) for _ in range(CAPACITY - 1)]
+            wait_until(lambda: ded.stats()["running"] == CAPACITY - 1, timeout=10)
+            started = time.monotonic()
+            late = ask(gw.url, BATCH, x_tidegate_deadline_ms="300")
+            waited = time.monotonic() - started
+            bad = ask(gw.url, BATCH, x_tidegate_deadline_ms="soon")
+            marked = ask(gw.url, USER, 2, x_tidegate_priority="batch", x_tidegate_deadline_ms="200")
+            for f in hold:
+                f.result()
         if on_timeout == "reject":
             assert late.status_code == 503 and "retry-after" in late.headers, late.text
             assert marked.status_code == 503, "an interactive key may mark its own request batch"
