@@ -65,6 +65,9 @@ class AuthConfig(Frozen):
             raise ValueError("auth.allow_anonymous: true and client keys both set; choose one")
         if self.admin_key and self.admin_key in (*self.api_keys, *(k.key for k in self.keys)):
             raise ValueError("auth.admin_key must differ from every client key")
+        both = [k.name for k in self.keys if k.key and k.key in self.api_keys]
+        if both:
+            raise ValueError(f"auth.keys {both[0]}: its key is also in auth.api_keys; keep it in one place")
         names = [k.name for k in self.keys]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:

@@ -217,11 +217,7 @@ def summary(
     ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
     lags = [r["lag_ms"] for r in sent]
     within = [r for r in ok if r.get("ttft_ms") is not None and r["ttft_ms"] <= slo_ttft_ms]
-    minutes: dict[int, list[float]] = {}
-    for r in ok:
-        if r.get("ttft_ms") is not None:
-            minutes.setdefault(int(r["at_s"] // 60), []).append(r["ttft_ms"])
-    worst = max(minutes.items(), key=lambda m: _percentile(m[1], 95) or 0.0, default=None)
+    worst = _worst_minute(ok)
     lag_p99 = _percentile(lags, 99) or 0.0
     routes: dict[str, int] = {}
     for r in ok:
@@ -251,15 +247,28 @@ def summary(
         if records
         else None,
     }
-    done = [r for r in batch if r.get("ok")]
-    if batch:  # a batch request succeeds when it is answered within its wait
-        on_dedicated = sum(1 for r in done if r.get("reason") == "batch")
-        found["batch"] = {"requests": len(batch), "answered": len(done), "on_dedicated": on_dedicated}
+    done = [r for r in batch if r.get("ok")]  # a batch request succeeds when answered within its wait
+    if batch:
+        found["batch"] = _batch_summary(batch, done)
     if pricing is not None and span_s is not None:
         found |= costs(everything, pricing, span_s)
         successes = len(within) + len(done)
         found["cost_per_slo_success_usd"] = round(found["cost_usd"] / successes, 8) if successes else None
     return found
+
+
+def _worst_minute(ok: Sequence[dict[str, Any]]) -> tuple[int, list[float]] | None:
+    """The trace minute whose answered requests had the highest p95 TTFT, and its TTFTs."""
+    minutes: dict[int, list[float]] = {}
+    for r in ok:
+        if r.get("ttft_ms") is not None:
+            minutes.setdefault(int(r["at_s"] // 60), []).append(r["ttft_ms"])
+    return max(minutes.items(), key=lambda m: _percentile(m[1], 95) or 0.0, default=None)
+
+
+def _batch_summary(batch: Sequence[dict[str, Any]], done: Sequence[dict[str, Any]]) -> dict[str, int]:
+    on_dedicated = sum(1 for r in done if r.get("reason") == "batch")
+    return {"requests": len(batch), "answered": len(done), "on_dedicated": on_dedicated}
 
 
 def _round(value: float | None) -> float | None:
