@@ -93,7 +93,14 @@ class Quota:
             key.max_usd_per_day,
             key.max_usd_per_month,
         )
-        answer = await self._store.take_quota(ask)
+        try:
+            answer = await self._store.take_quota(ask)
+        except StoreUnavailable as exc:  # a limit that cannot be counted is not guessed
+            raise StoreUnavailable(
+                f"The limits of key {key.name} cannot be checked now; retry shortly.",
+                detail=exc.detail,
+                headers={"retry-after": "1"},
+            ) from exc
         headers = ratelimit_headers(key, answer)
         if answer.refused is not None:
             self.refusals.labels(key.name, answer.refused).inc()

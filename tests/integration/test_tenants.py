@@ -168,3 +168,24 @@ def test_made_keys_rotate_with_an_overlap_and_a_revoked_key_is_refused_everywher
         wait_until(lambda: ask(a.url, FREE).status_code == 401, timeout=1.0, interval=0.05)
         twice = run_cli("keys", "create", "limited", "--url", a.root, env=env)
     assert twice.returncode == 1 and "exists" in twice.stderr
+
+
+def test_with_redis_down_a_limited_key_is_refused_clearly_and_an_unlimited_one_is_served(tmp_path, sims):
+    """A limit that cannot be counted is not guessed: 503 with Retry-After for the limited key;
+    the key without limits is served from the local fallback, and both are back with Redis."""
+    from tests.servers import RedisServer  # noqa: PLC0415
+
+    own = RedisServer().start()
+    try:
+        config = write_config(tmp_path / "t.yaml", *sims, own.url)
+        with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
+            assert ask(gw.url, LIMITED).status_code == 200
+            own.stop()
+            limited, free = ask(gw.url, LIMITED), ask(gw.url, FREE)
+            own.start()
+            wait_until(lambda: ask(gw.url, LIMITED).status_code == 200, timeout=15, interval=0.2)
+    finally:
+        own.stop()
+    assert limited.status_code == 503 and limited.json()["error"]["code"] == "state_store_unavailable"
+    assert limited.headers["retry-after"] == "1" and "key limited" in limited.json()["error"]["message"]
+    assert free.status_code == 200
