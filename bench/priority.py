@@ -6,8 +6,8 @@ interactive stream through `tidegate serve`, in three runs side by side:
   a batch job's pool) sent with a `priority: batch` key;
 - `all interactive`: the same stream and the same backlog, the backlog with an interactive key.
 
-    python -m bench.priority [--requests 200] [--rate 4] [--batch 300] [--workers 24]
-                             [--capacity 16] [--reserve 8] [--out DIR]
+    python -m bench.priority [--requests 400] [--rate 4] [--batch 400] [--workers 24]
+                             [--capacity 24] [--reserve 18] [--out DIR]
 
 Prints per run: the interactive stream's TTFT p50/p95/p99 as its client saw it, where it went,
 the dedicated pool's utilization over the run, the serverless spend, and the backlog's
@@ -170,12 +170,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--rate", type=float, default=4.0)
-    parser.add_argument("--batch", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=400)
     parser.add_argument("--workers", type=int, default=24)
     parser.add_argument("--capacity", type=int, default=24)
-    parser.add_argument("--reserve", type=int, default=14)
+    parser.add_argument("--reserve", type=int, default=18)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
     runs = []
