@@ -97,23 +97,25 @@ class ApiKeys:
         self._configured = {_secret_digest(k): _Entry(k) for k in auth.keys}
         self._made: dict[bytes, _Entry] = {}
         self._revoked: frozenset[str] = frozenset()
-        self._open = auth.allow_anonymous
+        self._open = not (auth.api_keys or auth.keys)  # the config allows that only with allow_anonymous
         self._store, self._refresh_s = store, refresh_s
         self._task: asyncio.Task[None] | None = None
         self.configured_names = frozenset(k.name for k in auth.keys)
 
     def check(self, request: Request) -> Caller:
         """The caller; Unauthorized without a valid, unexpired key (when keys are configured)."""
-        if self._open:
-            return Caller(ANONYMOUS)
         token = bearer_token(request)
         if token is None:
+            if self._open:
+                return Caller(ANONYMOUS)
             raise Unauthorized("You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'.")
         found = self._plain.match(token)
         if found is not None:
             return Caller("key-" + found.hex()[:12])
         entry = self._named(_digest(token))
-        if entry is None:
+        if entry is None:  # an open gateway lets anyone in; a key made at run time still names its caller
+            if self._open:
+                return Caller(ANONYMOUS)
             raise Unauthorized("Incorrect API key provided.")
         expires = entry.key.expires_at
         if expires is not None and expires.timestamp() <= time.time():
