@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.streams import first_token_s, percentile
 from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
 
 PROMPT = "x" * 400
@@ -37,11 +38,6 @@ MAX_TOKENS = 64
 SEED = 7
 ADMIN = "bench-admin"
 KEYS = {"app": "sk-bench-app", "nightly": "sk-bench-nightly", "nightly-i": "sk-bench-nightly-i"}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
 def config_text(ded: str, sl: str, args: argparse.Namespace) -> str:
@@ -69,18 +65,9 @@ async def one(client: httpx.AsyncClient, url: str, key: str, found: list[tuple[f
         "max_tokens": MAX_TOKENS,
         "stream": True,
     }
-    started = time.monotonic()
-    headers = {"authorization": f"Bearer {key}"}
-    try:
-        async with client.stream("POST", url + "/chat/completions", json=body, headers=headers) as response:
-            first = None
-            async for line in response.aiter_lines():
-                if first is None and line.startswith("data: {") and '"content":"' in line:
-                    first = time.monotonic() - started
-            if response.status_code == 200 and first is not None:
-                found.append((first, response.headers.get("x-tidegate-route", "-")))
-    except httpx.HTTPError:
-        pass
+    first, response = await first_token_s(client, url, body, {"authorization": f"Bearer {key}"})
+    if first is not None and response is not None:
+        found.append((first, response.headers.get("x-tidegate-route", "-")))
 
 
 async def interactive(url: str, args: argparse.Namespace, found: list[tuple[float, str]]) -> None:

@@ -23,16 +23,12 @@ from pathlib import Path
 import httpx
 import orjson
 
+from bench.streams import first_token_s, percentile
 from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
 
 PROMPT = "x" * 800
 MAX_TOKENS = 16
 SEED = 7
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
 def config_text(ded: str, sl: str, cand: str, shadow: bool) -> str:
@@ -59,19 +55,11 @@ async def one(client: httpx.AsyncClient, url: str, ttft: list[float], failed: li
         "max_tokens": MAX_TOKENS,
         "stream": True,
     }
-    started = time.monotonic()
-    try:
-        async with client.stream("POST", url + "/chat/completions", json=body) as response:
-            first = None
-            async for line in response.aiter_lines():
-                if first is None and line.startswith("data: {") and '"content":"' in line:
-                    first = time.monotonic() - started
-            if response.status_code != 200 or first is None:
-                failed.append(1)
-                return
-            ttft.append(first)
-    except httpx.HTTPError:
+    first, _ = await first_token_s(client, url, body)
+    if first is None:
         failed.append(1)
+    else:
+        ttft.append(first)
 
 
 async def open_loop(url: str, requests: int, rate: float) -> tuple[list[float], int]:

@@ -99,6 +99,16 @@ def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> Reque
     )
 
 
+def output_limit(payload: Mapping[str, Any]) -> int | None:
+    """The answer's token limit a body sets (`max_completion_tokens`, `max_tokens` or the
+    Responses API's `max_output_tokens`, first found), if a positive integer."""
+    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = payload.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def _check_token_limits(payload: dict[str, Any], ceiling: int) -> None:
     for name in _TOKEN_LIMITS:
         _bounded(payload, name, ceiling)

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from router.openai import output_limit
 from router.sim.profile import SimProfile
 from router.sim.prompt_schema import schema_in_prompt
 
@@ -77,21 +78,13 @@ def _choice(payload: dict[str, Any], profile: SimProfile, rng: random.Random, in
     document = _document(payload, rng)
     if document is not None:
         return Choice(tuple(_split(document)), "stop")
-    limit = max_tokens(payload)
+    limit = output_limit(payload)
     length, finish = _length(payload, profile, rng, limit)
     pieces = [word(i) for i in range(length)]
     stopped = _stop_at(pieces, payload.get("stop"))
     if stopped is not None:
         return Choice(tuple(pieces[:stopped]), "stop")
     return Choice(tuple(pieces), finish)
-
-
-def max_tokens(payload: dict[str, Any]) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = payload.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def _length(

@@ -39,6 +39,7 @@ from policies.types import is_dedicated, route_key
 from router.config import Endpoint, GatewayConfig, ModelConfig, ServerlessEndpoint, ShadowConfig
 from router.economics.cost import token_cost_usd
 from router.errors import StoreUnavailable, UpstreamFailure
+from router.openai import output_limit
 from router.record.agreement import agrees
 from router.record.answer import Answer, from_shape, read_answer
 from router.record.success import AnswerShape, judge
@@ -142,7 +143,7 @@ class Shadow:
         if not isinstance(target, ServerlessEndpoint):
             return True  # a dedicated pool is paid for by the hour
         prompt = len(orjson.dumps(twin.payload)) // 4 + 8
-        output = _max_tokens(twin.payload) or DEFAULT_OUTPUT_TOKENS
+        output = output_limit(twin.payload) or DEFAULT_OUTPUT_TOKENS
         usd = token_cost_usd(prompt, output, target.usd_per_mtok_in, target.usd_per_mtok_out)
         ledger = f"shadow:{route_key(twin.model, target.name)}:{int(time.time() // _DAY_S)}"
         try:
@@ -222,14 +223,6 @@ def _parsed(raw: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return found if isinstance(found, dict) else None
-
-
-def _max_tokens(payload: Mapping[str, Any]) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = payload.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def _cost(target: Endpoint, parsed: Mapping[str, Any]) -> float:

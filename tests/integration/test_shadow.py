@@ -96,10 +96,11 @@ def send(url: str, i: int) -> str:
     return answer.choices[0].message.tool_calls[0].function.name
 
 
-def shadow_metrics(root: str) -> dict[str, float]:
+def shadow_metrics(root: str, endpoint: str = "cand") -> dict[str, float]:
+    """tidegate_shadow_total by result for one endpoint, from the replica's /metrics."""
     found: dict[str, float] = {}
     for line in httpx.get(root + "/metrics").text.splitlines():
-        match = re.match(r'tidegate_shadow_total\{endpoint="cand",result="(\w+)"\} ([\d.e+]+)', line)
+        match = re.match(rf'tidegate_shadow_total\{{endpoint="{endpoint}",result="(\w+)"\}} ([\d.e+]+)', line)
         if match:
             found[match.group(1)] = float(match.group(2))
     return found
@@ -198,19 +199,10 @@ def test_a_dedicated_shadow_takes_only_free_slots_and_is_dropped_under_load(tmp_
                         range(6),
                     )
                 )
-            wait_until(lambda: sum(shadow_metrics_of(gw.root, "ded").values()) == 6, timeout=15)
-            metrics = shadow_metrics_of(gw.root, "ded")
+            wait_until(lambda: sum(shadow_metrics(gw.root, "ded").values()) == 6, timeout=15)
+            metrics = shadow_metrics(gw.root, "ded")
         stats = ded.stats()
     assert {a.headers["x-tidegate-route"] for a in answers} == {"sl"}
     assert stats["max_in_flight"] == 1, "the shadow held at most the pool's usable half"
     sent = sum(v for k, v in metrics.items() if k != "no_free_slot")
     assert metrics["no_free_slot"] >= 1 and sent >= 1, metrics
-
-
-def shadow_metrics_of(root: str, endpoint: str) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for line in httpx.get(root + "/metrics").text.splitlines():
-        match = re.match(rf'tidegate_shadow_total\{{endpoint="{endpoint}",result="(\w+)"\}} ([\d.e+]+)', line)
-        if match:
-            found[match.group(1)] = float(match.group(2))
-    return found

@@ -21,6 +21,7 @@ from typing import Any
 import jsonschema
 import orjson
 
+from router.openai import output_limit
 from router.record.agreement import RULES, check_rules
 
 APIS = ("chat", "responses")  # /chat/completions and /responses
@@ -51,11 +52,7 @@ class Case:
 
     @property
     def max_output_tokens(self) -> int | None:
-        for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-            value = self.request.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-        return None
+        return output_limit(self.request)
 
 
 def load_suite(path: Path) -> list[Case]:
