@@ -102,7 +102,7 @@ def _table(keys: list[dict[str, Any]]) -> Table:
         table.add_row(
             k["name"],
             k["team"],
-            k["priority"],
+            k.get("priority", "-"),
             k["source"],
             ", ".join(k["models"]) if k.get("models") else "all",
             *(
@@ -111,6 +111,6 @@ def _table(keys: list[dict[str, Any]]) -> Table:
             ),
             f"{k.get('spent_usd_today', 0):.4f}",
             k.get("expires_at") or "-",
-            "revoked" if k.get("revoked") else "active",
+            "unreadable" if k.get("unreadable") else "revoked" if k.get("revoked") else "active",
         )
     return table

@@ -141,13 +141,16 @@ class ApiKeys:
         made: dict[bytes, _Entry] = {}
         revoked = set()
         for name, raw in (await self._store.made_keys()).items():
-            stored = orjson.loads(raw)
-            if stored.get("revoked"):
-                revoked.add(name)
-                continue
-            key = KeyConfig.model_validate(stored["key"] | {"key_sha256": stored["secrets"][0]["sha256"]})
-            for secret in stored["secrets"]:
-                made[bytes.fromhex(secret["sha256"])] = _Entry(key, secret.get("until"))
+            try:
+                stored = orjson.loads(raw)
+                if stored.get("revoked"):
+                    revoked.add(name)
+                    continue
+                key = KeyConfig.model_validate(stored["key"] | {"key_sha256": stored["secrets"][0]["sha256"]})
+                for secret in stored["secrets"]:
+                    made[bytes.fromhex(secret["sha256"])] = _Entry(key, secret.get("until"))
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+                log.warning("client keys: the stored key %r is unreadable and not accepted: %r", name, exc)
         self._made, self._revoked = made, frozenset(revoked)
 
     def start(self) -> None:

@@ -98,7 +98,11 @@ class KeysAdmin:
         for name, stored in made.items():
             if stored.get("revoked") or name in self._keys.configured_names:
                 continue
-            key = KeyConfig.model_validate(stored["key"] | {"key_sha256": stored["secrets"][0]["sha256"]})
+            try:
+                key = KeyConfig.model_validate(stored["key"] | {"key_sha256": stored["secrets"][0]["sha256"]})
+            except (ValueError, KeyError, TypeError, IndexError):  # refused by every replica too
+                found.append({"name": name, "source": "admin", "unreadable": True, "team": "-"})
+                continue
             secrets_ = [{"until": s.get("until")} for s in stored["secrets"]]
             found.append(_view(key, "admin") | {"revoked": False, "secrets": secrets_})
         now = datetime.now(UTC)
