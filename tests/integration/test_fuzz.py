@@ -36,6 +36,8 @@ PATHS = [
     "/admin/models/m/canary",
     "/admin/models/m/parity",
     "/admin/models/m/probe",
+    "/admin/keys",
+    "/admin/keys/x/rotate",
     "/healthz",
     "/readyz",
     "/",
