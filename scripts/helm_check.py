@@ -119,7 +119,7 @@ def check_config(tidegate: str, text: str, workdir: Path) -> str | None:
     """`tidegate check-config` on a rendered tidegate.yaml; secrets are placeholders."""
     path = workdir / "rendered-tidegate.yaml"
     path.write_text(text)
-    env = {name: "placeholder" for name in _UNSET_VAR.findall(text)}
+    env = {name: f"placeholder-{name}" for name in _UNSET_VAR.findall(text)}  # distinct, like real secrets
     done = subprocess.run(
         [tidegate, "check-config", str(path)],
         capture_output=True,
@@ -271,6 +271,8 @@ def refusal_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
         lambda: render_fails({"drainSeconds": 60, "terminationGracePeriodSeconds": 30}, "must exceed"),
     )
     checks.run("must fail: routes tidegate rejects (an endpoint name used twice)", rejected_by_tidegate)
+    plain = {"auth": {"keys": [{"name": "app", "key": "sk-written-in-values"}]}}
+    checks.run("must fail: a named key's secret written in values", lambda: render_fails(plain, "key"))
 
 
 def main() -> int:
