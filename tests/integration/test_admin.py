@@ -217,7 +217,9 @@ def test_bad_parity_verdicts_are_400_and_change_nothing(admin_gateway, body):
 
 
 def test_applied_parity_verdicts_are_shown_not_enforced_by_default(admin_gateway):
-    name = next(iter(httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["serverless_order"]))
+    name = next(
+        iter(httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["serverless_order"])
+    )
     body = {"at": "t", "endpoints": {name: {"verdict": "diverges", "why": "w" * 1000, "failed_cases": ["a"]}}}
     response = httpx.put(admin_gateway.url + "/admin/models/m/parity", json=body, headers=ADMIN)
     assert response.status_code == 200, response.text
@@ -225,3 +227,40 @@ def test_applied_parity_verdicts_are_shown_not_enforced_by_default(admin_gateway
     assert verdict["verdict"] == "diverges" and len(verdict["why"]) == 300  # text cut short
     assert verdict["excluded"] is False and response.json()["parity"]["enforce"] is False
     assert name in httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["serverless_order"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"name": "x", "colour": "red"}, "colour"),
+        ({"name": "x", "rpm": 0}, "rpm"),
+        ({"name": "admin"}, "name"),
+        ({"name": "x", "models": ["nope"]}, "models"),
+        ({"name": "x", "priority": "urgent"}, "priority"),
+        ({"name": "x", "expires_at": "2027-01-01T00:00:00"}, "expires_at"),
+        ({"team": "t"}, "name"),
+    ],
+)
+def test_bad_key_bodies_are_400_naming_the_field(admin_gateway, body, param):
+    response = httpx.post(admin_gateway.url + "/admin/keys", json=body, headers=ADMIN)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert httpx.get(admin_gateway.url + "/admin/keys", headers=ADMIN).json()["keys"] == []
+
+
+def test_a_made_key_names_its_caller_at_once_and_not_after_revoke_on_the_memory_store(admin_gateway):
+    made = httpx.post(admin_gateway.url + "/admin/keys", json={"name": "bi", "rpm": 5}, headers=ADMIN).json()
+    client = openai.OpenAI(base_url=admin_gateway.url + "/v1", api_key=made["secret"], max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert raw.headers["x-ratelimit-limit-requests"] == "5"
+    assert raw.headers["x-ratelimit-remaining-requests"] == "4"
+    listed = httpx.get(admin_gateway.url + "/admin/keys", headers=ADMIN).json()["keys"]
+    assert [k["name"] for k in listed] == ["bi"] and "secret" not in listed[0]
+    assert httpx.delete(admin_gateway.url + "/admin/keys/bi", headers=ADMIN).status_code == 200
+    after = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert "x-ratelimit-limit-requests" not in after.headers  # this gateway runs open: now anonymous
+    assert httpx.delete(admin_gateway.url + "/admin/keys/bi", headers=ADMIN).status_code == 404
