@@ -11,7 +11,6 @@ callers by this name (router/record/tasks.py, router/canary/analysis.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -25,7 +24,7 @@ from starlette.requests import Request
 
 from router.config import AuthConfig, KeyConfig
 from router.errors import StoreUnavailable, Unauthorized
-from router.periodic import every
+from router.periodic import every, stop
 
 log = logging.getLogger("tidegate")
 
@@ -100,6 +99,7 @@ class ApiKeys:
         self._open = not (auth.api_keys or auth.keys)  # the config allows that only with allow_anonymous
         self._store, self._refresh_s = store, refresh_s
         self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
         self.configured_names = frozenset(k.name for k in auth.keys)
 
     def check(self, request: Request) -> Caller:
@@ -154,21 +154,16 @@ class ApiKeys:
         self._made, self._revoked = made, frozenset(revoked)
 
     def start(self) -> None:
+        """Read the store's keys now and every `refresh_s`; while the store is unreachable the
+        keys last read stay in force."""
         if self._task is None and self._store is not None:
-            self._task = asyncio.get_running_loop().create_task(every(self._refresh_s, self._refresh_quietly))
-
-    async def _refresh_quietly(self) -> None:
-        try:
-            await self.refresh()
-        except StoreUnavailable as exc:  # the last keys read stay in force until the store is back
-            log.warning("client keys: %s", exc)
+            self._stop = asyncio.Event()
+            loop = every(self._refresh_s, self.refresh, self._stop, survives=(StoreUnavailable,))
+            self._task = asyncio.get_running_loop().create_task(loop)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop(self._task, self._stop)
+        self._task = None
 
 
 def _secret_digest(key: KeyConfig) -> bytes:
