@@ -29,7 +29,7 @@ import orjson
 
 from policies.base import Reason
 from router.economics.cost import token_cost_usd
-from router.offline.stats import percentile
+from router.offline.stats import percentile, percentiles
 
 FORMATS = ("azure", "mooncake", "access-log")
 
@@ -170,16 +170,17 @@ def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) ->
     used over slot-seconds provisioned) of answered requests over a trace `span_s` long."""
     serverless_usd = 0.0
     busy_s = 0.0
+    dedicated, priced = pricing.dedicated_routes, pricing.serverless_usd_per_mtok
     for r in records:
         if not r.get("ok"):
             continue
         route = r.get("route") or "-"
-        if route in pricing.dedicated_routes:  # slot time inside the span: what was paid for
+        if route in dedicated:  # slot time inside the span: what was paid for
             at = float(r.get("at_s") or 0.0)
             held_from = float(r.get("admitted_s", at))  # a batch request held its slot after its wait
             busy_s += max(0.0, min(at + (r.get("e2e_ms") or 0.0) / 1000, span_s) - held_from)
             continue
-        prices = pricing.serverless_usd_per_mtok.get(route)
+        prices = priced.get(route)
         if prices is None:
             raise ValueError(
                 f"route {route!r} answered but is not in the pricing (is the config the gateway's?)"
@@ -214,15 +215,12 @@ def summary(
     everything, records = records, [r for r in records if not r.get("batch")] if batch else records
     sent = [r for r in records if r.get("sent")]
     ok = [r for r in sent if r.get("ok")]
-    ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
+    answered = _Answered(ok, slo_ttft_ms)
+    ttft, within, routes, spilled = answered.ttft, answered.within, answered.routes, answered.spilled
+    p50, p95, p99 = percentiles(ttft, (50, 95, 99)) if ttft else (None, None, None)
     lags = [r["lag_ms"] for r in sent]
-    within = [r for r in ok if r.get("ttft_ms") is not None and r["ttft_ms"] <= slo_ttft_ms]
-    worst = _worst_minute(ok)
-    lag_p99 = _percentile(lags, 99) or 0.0
-    routes: dict[str, int] = {}
-    for r in ok:
-        routes[r.get("route") or "-"] = routes.get(r.get("route") or "-", 0) + 1
-    spilled = sum(1 for r in ok if r.get("reason") in SPILL_REASONS)
+    worst = answered.worst_minute()
+    lag_p99 = (_percentile(lags, 99) or 0.0) if any(lags) else 0.0  # a model's records: no lag
     found: dict[str, Any] = {
         "requests": len(records),
         "sent": len(sent),
@@ -230,11 +228,11 @@ def summary(
         "errors": len(sent) - len(ok),
         "not_sent": len(records) - len(sent),
         "slo_ttft_ms": slo_ttft_ms,
-        "slo_attainment": round(len(within) / len(records), 4) if records else None,
+        "slo_attainment": round(within / len(records), 4) if records else None,
         "ttft_ms": {
-            "p50": _round(_percentile(ttft, 50)),
-            "p95": _round(_percentile(ttft, 95)),
-            "p99": _round(_percentile(ttft, 99)),
+            "p50": _round(p50),
+            "p95": _round(p95),
+            "p99": _round(p99),
             "worst_minute": None
             if worst is None
             else {"minute": worst[0], "p95": _round(_percentile(worst[1], 95))},
@@ -252,18 +250,33 @@ def summary(
         found["batch"] = _batch_summary(batch, done)
     if pricing is not None and span_s is not None:
         found |= costs(everything, pricing, span_s)
-        successes = len(within) + len(done)
+        successes = within + len(done)
         found["cost_per_slo_success_usd"] = round(found["cost_usd"] / successes, 8) if successes else None
     return found
 
 
-def _worst_minute(ok: Sequence[dict[str, Any]]) -> tuple[int, list[float]] | None:
-    """The trace minute whose answered requests had the highest p95 TTFT, and its TTFTs."""
-    minutes: dict[int, list[float]] = {}
-    for r in ok:
-        if r.get("ttft_ms") is not None:
-            minutes.setdefault(int(r["at_s"] // 60), []).append(r["ttft_ms"])
-    return max(minutes.items(), key=lambda m: _percentile(m[1], 95) or 0.0, default=None)
+class _Answered:
+    """One pass over the answered requests: their TTFTs (overall and by trace minute), how many
+    were within the SLO, the routes they took and how many spilled."""
+
+    def __init__(self, ok: Sequence[dict[str, Any]], slo_ttft_ms: float) -> None:
+        self.ttft: list[float] = []
+        self.minutes: dict[int, list[float]] = {}
+        self.routes: dict[str, int] = {}
+        self.within = self.spilled = 0
+        for r in ok:
+            ttft = r.get("ttft_ms")
+            if ttft is not None:
+                self.ttft.append(ttft)
+                self.minutes.setdefault(int(r["at_s"] // 60), []).append(ttft)
+                self.within += ttft <= slo_ttft_ms
+            route = r.get("route") or "-"
+            self.routes[route] = self.routes.get(route, 0) + 1
+            self.spilled += r.get("reason") in SPILL_REASONS
+
+    def worst_minute(self) -> tuple[int, list[float]] | None:
+        """The trace minute whose answered requests had the highest p95 TTFT, and its TTFTs."""
+        return max(self.minutes.items(), key=lambda m: _percentile(m[1], 95) or 0.0, default=None)
 
 
 def _batch_summary(batch: Sequence[dict[str, Any]], done: Sequence[dict[str, Any]]) -> dict[str, int]:

@@ -14,6 +14,12 @@ def percentile(values: Sequence[float], q: float) -> float:
     return _interpolated(sorted(values), q)
 
 
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
+    """Several percentiles of one sample, sorted once."""
+    ordered = sorted(values)
+    return [_interpolated(ordered, q) for q in qs]
+
+
 class TimeWindow:
     """(time, value) pairs, dropped from the front once older than a horizon, with their sum
     and their values in order kept as they come and go: a mean or a percentile costs O(1),

@@ -86,12 +86,14 @@ class _Run:
         self._cold = ColdLoad()
         self._e2e_window = TimeWindow()  # first replica's completions
         self._ttft_window = TimeWindow()  # serverless first tokens
+        self._steps: dict[int, float] = {}  # decode step by batch size
 
     def records(self) -> list[dict[str, Any]]:
-        for r in self._requests:
-            self._push(r.arrival.at_s, "arrive", r.index)
-        for at in keep_warm_times(self._plan, self._requests[-1].arrival.at_s if self._requests else 0.0):
-            self._push(at, "warm", 0)
+        order = self._order
+        self._events = [(r.arrival.at_s, next(order), "arrive", r.index, 0) for r in self._requests]
+        until = self._requests[-1].arrival.at_s if self._requests else 0.0
+        self._events += [(at, next(order), "warm", 0, 0) for at in keep_warm_times(self._plan, until)]
+        heapq.heapify(self._events)  # one O(n) pass rather than a push per arrival
         handlers = {
             "arrive": self._arrive,
             "first": self._first_token,
@@ -100,8 +102,9 @@ class _Run:
             "batch_timeout": self._batch_timeout,
             "warm": self._warm,
         }
-        while self._events:
-            now, _, kind, a, b = heapq.heappop(self._events)
+        events, pop = self._events, heapq.heappop
+        while events:
+            now, _, kind, a, b = pop(events)
             handlers[kind](now, a, b)
         return [self._record(r) for r in self._requests]
 
@@ -250,16 +253,23 @@ class _Run:
         self._cold_wait(now)
 
     def _cold_wait(self, now: float) -> float:
-        s = self._system.serverless
-        return self._cold.wait_s(now, s.idle_to_cold_s, lambda: self._rng.uniform(*s.ttft.cold_range_s))
+        return self._cold.wait_s(now, self._system.serverless.idle_to_cold_s, self._load_s)
+
+    def _load_s(self) -> float:
+        return self._rng.uniform(*self._system.serverless.ttft.cold_range_s)
 
     def _serverless(self, now: float, request: _Request, reason: str) -> None:
         s = self._system.serverless
-        ttft = s.ttft.sample(self._rng) + self._cold_wait(now)
+        ttft = s.ttft.sample(self._rng)
+        if s.idle_to_cold_s > 0 or self._cold.ready_at > now:  # a scale-to-zero route's load
+            ttft += self._cold_wait(now)
         request.route, request.reason = SERVERLESS_ROUTE, reason
-        request.first_token_at = now + ttft
-        request.done_at = request.first_token_at + (request.arrival.output_tokens - 1) * s.itl_s
-        self._ttft_window.append(request.first_token_at, ttft)
+        first = request.first_token_at = now + ttft
+        request.done_at = first + (request.arrival.output_tokens - 1) * s.itl_s
+        if self._replicas:  # only routing reads the window; kept to its span as it grows
+            window = self._ttft_window
+            window.drop_before(now - self._system.window_s)
+            window.append(first, ttft)
 
     # a dedicated replica ---------------------------------------------------------------------
 
@@ -271,8 +281,13 @@ class _Run:
             replica.engine_queue.append(request.index)
 
     def _step_s(self, running: int) -> float:
-        d = self._system.dedicated
-        return max(d.itl_s + d.itl_per_seq_s * running, running / d.decode_tokens_per_s)
+        step = self._steps.get(running)
+        if step is None:  # a function of the batch size alone: computed once per size
+            d = self._system.dedicated
+            step = self._steps[running] = max(
+                d.itl_s + d.itl_per_seq_s * running, running / d.decode_tokens_per_s
+            )
+        return step
 
     def _advance(self, now: float, replica: _Replica) -> None:
         replica.virtual += (now - replica.virtual_at) / self._step_s(replica.running)
@@ -315,6 +330,7 @@ class _Run:
         request.done_at = now
         replica.running -= 1
         if replica.index == 0:
+            self._e2e_window.drop_before(now - self._system.window_s)
             self._e2e_window.append(now, now - request.arrival.at_s)
         while replica.engine_queue and replica.running < self._system.dedicated.max_num_seqs:
             self._start(now, replica, self._requests[replica.engine_queue.popleft()])
