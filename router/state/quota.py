@@ -106,9 +106,6 @@ class MemoryQuotas:
     async def put_key(self, name: str, entry: bytes) -> None:
         self._keys[name] = entry
 
-    async def delete_key(self, name: str) -> bool:
-        return self._keys.pop(name, None) is not None
-
     async def made_keys(self) -> dict[str, bytes]:
         return dict(self._keys)
 

@@ -13,25 +13,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from router.errors import StoreUnavailable
 from router.state.rankings import diverging, probe_order
 from router.state.redis.parts import RedisParts
-from router.state.redis.scripts import CANARY_WRITE, CIRCUITS, LEAD, RESIGN, SPEND, TRIP, Script
+from router.state.redis.scripts import CANARY_WRITE, CIRCUITS, LEAD, RESIGN, SPEND, TRIP
 
 
 class RedisControl(RedisParts):
-    async def _ask(self, what: str, *command: Any) -> Any:
-        try:
-            return await self._batch.call(*command)
-        except RedisError as exc:
-            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
-
-    async def _run(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
-        try:
-            return await self._batch.call_script(script, keys, args)
-        except RedisError as exc:
-            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
-
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         args = [int(cooldown_s * 1000), int(max_cooldown_s * 1000)]
         left_ms = int(

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
+
+from redis.exceptions import RedisError
 
 from policies.types import Snapshot
+from router.errors import StoreUnavailable
 from router.state.redis.batch import Batcher
 from router.state.redis.keys import Keys
+from router.state.redis.scripts import Script
 
 log = logging.getLogger("tidegate.state")
 
@@ -26,6 +31,20 @@ class RedisParts:
     _snapshot: Snapshot
     _stopping: asyncio.Event
     degraded: bool
+
+    async def _ask(self, what: str, *command: Any) -> Any:
+        """One command; StoreUnavailable, saying `what` failed, when Redis cannot be reached."""
+        try:
+            return await self._batch.call(*command)
+        except RedisError as exc:
+            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
+
+    async def _run(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """One script, the same way."""
+        try:
+            return await self._batch.call_script(script, keys, args)
+        except RedisError as exc:
+            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
 
     def _degrade(self, exc: Exception) -> None:
         """Redis is unreachable: decide locally until the background refresh reaches it again."""

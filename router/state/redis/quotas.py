@@ -6,9 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from router.errors import StoreUnavailable
 from router.state.quota import WINDOW_S, QuotaAnswer, QuotaAsk
 from router.state.redis.parts import RedisParts
 from router.state.redis.scripts import NOW_MS, Script
@@ -103,12 +100,6 @@ class RedisQuotas(RedisParts):
         base = f"{self._keys.prefix}:q:{{{key}}}"
         return [f"{base}:usd:{day}", f"{base}:usd:{month}"]
 
-    async def _quota_call(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
-        try:
-            return await self._batch.call_script(script, keys, args)
-        except RedisError as exc:
-            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
-
     async def take_quota(self, ask: QuotaAsk) -> QuotaAnswer:
         keys = self._quota_keys(ask.key) + self._spend_keys(ask.key, ask.day, ask.month)
         args = [
@@ -120,7 +111,7 @@ class RedisQuotas(RedisParts):
             _or_none(ask.max_usd_per_month),
             int(WINDOW_S * 1000),
         ]
-        found = await self._quota_call(f"the limits of {ask.key} could not be checked", TAKE, keys, args)
+        found = await self._run(f"the limits of {ask.key} could not be checked", TAKE, keys, args)
         refused = _text(found[0])
         return QuotaAnswer(
             refused or None,
@@ -135,31 +126,21 @@ class RedisQuotas(RedisParts):
     async def settle_quota(self, ask: QuotaAsk, tokens: int, usd: float) -> None:
         keys = self._quota_keys(ask.key)[2:] + self._spend_keys(ask.key, ask.day, ask.month)
         args = [ask.member, tokens, repr(usd), _DAY_MS, _MONTH_MS]
-        await self._quota_call(f"the usage of {ask.key} could not be settled", SETTLE, keys, args)
+        await self._run(f"the usage of {ask.key} could not be settled", SETTLE, keys, args)
 
     async def spent(self, key: str, day: str, month: str) -> tuple[float, float]:
-        found = []
-        for name in self._spend_keys(key, day, month):
-            value = await self._quota_call(f"the spend of {key} could not be read", _GET, [name], [])
-            found.append(float(_text(value) or 0))
-        return found[0], found[1]
+        # one slot (the key's hash tag): one MGET, on Cluster too
+        day_usd, month_usd = await self._ask(
+            f"the spend of {key} could not be read", "MGET", *self._spend_keys(key, day, month)
+        )
+        return float(_text(day_usd) or 0), float(_text(month_usd) or 0)
 
     async def put_key(self, name: str, entry: bytes) -> None:
-        await self._quota_call("the key could not be stored", _HSET, [self._keys.made_keys], [name, entry])
-
-    async def delete_key(self, name: str) -> bool:
-        gone = await self._quota_call("the key could not be revoked", _HDEL, [self._keys.made_keys], [name])
-        return int(gone) == 1
+        await self._ask("the key could not be stored", "HSET", self._keys.made_keys, name, entry)
 
     async def made_keys(self) -> dict[str, bytes]:
-        found = await self._quota_call("the keys could not be read", _HGETALL, [self._keys.made_keys], [])
+        found = await self._ask("the keys could not be read", "HGETALL", self._keys.made_keys)
         return {k.decode(): v for k, v in as_mapping(found).items()}
-
-
-_GET = Script("return redis.call('GET', KEYS[1])")
-_HSET = Script("return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])")
-_HDEL = Script("return redis.call('HDEL', KEYS[1], ARGV[1])")
-_HGETALL = Script("return redis.call('HGETALL', KEYS[1])")
 
 
 def _or_none(value: float | None) -> Any:
