@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import itertools
 import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 from starlette.requests import Request
@@ -44,6 +45,16 @@ def key_id(key: str) -> str:
     return "key-" + _digest(key).hex()[:12]
 
 
+def matching(given: bytes, digests: Iterable[bytes]) -> bytes | None:
+    """`given` if it is one of `digests`, compared with every one of them in constant time
+    (how long it takes says nothing of which key, if any, matched)."""
+    found = None
+    for known in digests:
+        if hmac.compare_digest(given, known):
+            found = known
+    return found
+
+
 class KeyDigests:
     """A set of secret keys that never keeps the keys themselves."""
 
@@ -55,12 +66,7 @@ class KeyDigests:
 
     def match(self, token: str) -> bytes | None:
         """The digest of the key `token` is, if it is one (every digest is compared)."""
-        given = _digest(token)
-        found = None
-        for known in self._digests:
-            if hmac.compare_digest(given, known):
-                found = known
-        return found
+        return matching(_digest(token), self._digests)
 
     def accepts(self, token: str) -> bool:
         return self.match(token) is not None
@@ -92,7 +98,7 @@ class ApiKeys:
     `anonymous` (the config allows that only with `auth.allow_anonymous`)."""
 
     def __init__(self, auth: AuthConfig, store: MadeKeys | None = None, refresh_s: float = 0.5) -> None:
-        self._plain = KeyDigests(auth.api_keys)
+        self._plain_digests = tuple(_digest(k) for k in auth.api_keys)
         self._configured = {_secret_digest(k): _Entry(k) for k in auth.keys}
         self._made: dict[bytes, _Entry] = {}
         self._revoked: frozenset[str] = frozenset()
@@ -109,10 +115,11 @@ class ApiKeys:
             if self._open:
                 return Caller(ANONYMOUS)
             raise Unauthorized("You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'.")
-        found = self._plain.match(token)
+        given = _digest(token)
+        found = matching(given, self._plain_digests)
         if found is not None:
             return Caller("key-" + found.hex()[:12])
-        entry = self._named(_digest(token))
+        entry = self._named(given)
         if entry is None:  # an open gateway lets anyone in; a key made at run time still names its caller
             if self._open:
                 return Caller(ANONYMOUS)
@@ -123,11 +130,8 @@ class ApiKeys:
         return Caller(entry.key.name, entry.key)
 
     def _named(self, digest: bytes) -> _Entry | None:
-        found = None
-        for table in (self._configured, self._made):  # every digest compared, in constant time
-            for known, entry in table.items():
-                if hmac.compare_digest(digest, known):
-                    found = entry
+        known = matching(digest, itertools.chain(self._configured, self._made))
+        found = None if known is None else self._configured.get(known) or self._made.get(known)
         if found is None or found.key.name in self._revoked:
             return None
         if found.until is not None and found.until <= time.time():
@@ -146,7 +150,7 @@ class ApiKeys:
                 if stored.get("revoked"):
                     revoked.add(name)
                     continue
-                key = KeyConfig.model_validate(stored["key"] | {"key_sha256": stored["secrets"][0]["sha256"]})
+                key = stored_key(stored)
                 for secret in stored["secrets"]:
                     made[bytes.fromhex(secret["sha256"])] = _Entry(key, secret.get("until"))
             except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
@@ -164,6 +168,13 @@ class ApiKeys:
     async def close(self) -> None:
         await stop(self._task, self._stop)
         self._task = None
+
+
+def stored_key(stored: dict[str, Any]) -> KeyConfig:
+    """A key made through the admin API, from its stored entry: its fields and its newest
+    secret's digest (router/http/keys_admin.py writes them). ValueError, KeyError or
+    IndexError for an entry that is not one."""
+    return KeyConfig.model_validate(stored["key"] | {"key_sha256": stored["secrets"][0]["sha256"]})
 
 
 def _secret_digest(key: KeyConfig) -> bytes:

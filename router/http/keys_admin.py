@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from router.config import GatewayConfig, KeyConfig
 from router.errors import ClientError, InvalidRequest
-from router.http.auth import ApiKeys
+from router.http.auth import ApiKeys, stored_key
 
 _FIELDS = (
     "name",
@@ -97,7 +97,7 @@ class KeysAdmin:
             if stored.get("revoked") or name in self._keys.configured_names:
                 continue
             try:
-                key = KeyConfig.model_validate(stored["key"] | {"key_sha256": stored["secrets"][0]["sha256"]})
+                key = stored_key(stored)
             except (ValueError, KeyError, TypeError, IndexError):  # refused by every replica too
                 found.append({"name": name, "source": "admin", "unreadable": True, "team": "-"})
                 continue
@@ -145,7 +145,7 @@ class KeysAdmin:
         stored["secrets"] = [{"sha256": digest, "until": None}, *(s for s in old if s["until"] > now)]
         await self._store.put_key(name, orjson.dumps(stored))
         await self._keys.refresh()
-        key = KeyConfig.model_validate(stored["key"] | {"key_sha256": digest})
+        key = stored_key(stored)  # the new secret is first
         return _view(key, "admin") | {"secret": secret, "old_secrets_valid_until": until}
 
     async def revoke(self, name: str) -> dict[str, Any]:
