@@ -99,6 +99,24 @@ def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> Reque
     )
 
 
+def response_format(payload: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The answer format a body asks for: chat's `response_format` or the Responses API's
+    `text.format`, if an object."""
+    fmt = payload.get("response_format")
+    if not isinstance(fmt, dict):
+        text = payload.get("text")
+        fmt = text.get("format") if isinstance(text, dict) else None
+    return fmt if isinstance(fmt, dict) else None
+
+
+def format_schema(fmt: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A `json_schema` format's JSON Schema (chat nests it under `json_schema`, the Responses API
+    does not), if an object."""
+    spec = fmt.get("json_schema", fmt)
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None
+
+
 def output_limit(payload: Mapping[str, Any]) -> int | None:
     """The answer's token limit a body sets (`max_completion_tokens`, `max_tokens` or the
     Responses API's `max_output_tokens`, first found), if a positive integer."""

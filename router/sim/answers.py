@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from router.openai import output_limit
+from router.openai import format_schema, output_limit, response_format
 from router.sim.profile import SimProfile
 from router.sim.prompt_schema import schema_in_prompt
 
@@ -125,11 +125,8 @@ def _split(text: str) -> list[str]:
 
 
 def _document(payload: dict[str, Any], rng: random.Random) -> str | None:
-    fmt = payload.get("response_format")
-    if not isinstance(fmt, dict):
-        text = payload.get("text")  # the Responses API puts it under text.format
-        fmt = text.get("format") if isinstance(text, dict) else None
-    if not isinstance(fmt, dict):
+    fmt = response_format(payload)
+    if fmt is None:
         asked = schema_in_prompt(payload)
         if asked is None:
             return None
@@ -139,11 +136,9 @@ def _document(payload: dict[str, Any], rng: random.Random) -> str | None:
         if asked is not None:
             return orjson.dumps(instance_of(asked, rng, asked)).decode()
         return orjson.dumps({"answer": "the tide gate routes every token"}).decode()
-    if fmt.get("type") == "json_schema":
-        spec = fmt.get("json_schema", fmt)
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if isinstance(schema, dict):
-            return orjson.dumps(instance_of(schema, rng, schema)).decode()
+    schema = format_schema(fmt) if fmt.get("type") == "json_schema" else None
+    if schema is not None:
+        return orjson.dumps(instance_of(schema, rng, schema)).decode()
     return None
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from router.openai import format_schema, response_format
 from router.sim.answers import Choice, ToolCall
 from router.sim.profile import Persona
 from router.sim.prompt_schema import schema_in_prompt
@@ -62,14 +63,9 @@ def _words(text: str) -> list[str]:
 def _asked_schema(payload: dict[str, Any]) -> dict[str, Any] | None:
     """The JSON Schema the request asked for: response_format's (chat) or text.format's
     (Responses), else one carried in the prompt."""
-    fmt = payload.get("response_format")
-    if not isinstance(fmt, dict):
-        text = payload.get("text")
-        fmt = text.get("format") if isinstance(text, dict) else None
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        spec = fmt.get("json_schema", fmt)
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        return schema if isinstance(schema, dict) else None
+    fmt = response_format(payload)
+    if fmt is not None and fmt.get("type") == "json_schema":
+        return format_schema(fmt)
     return schema_in_prompt(payload)
 
 

@@ -12,6 +12,7 @@ import jsonschema
 import orjson
 
 from router.offline.parity.suite import Case, as_list
+from router.openai import format_schema, response_format
 from router.record import agreement
 from router.record.answer import Answer
 
@@ -43,15 +44,8 @@ def _json_schema(case: Case, answer: Answer, schema: Any) -> str | None:
 
 def requested_schema(request: Mapping[str, Any]) -> dict[str, Any] | None:
     """The JSON Schema of a request's response_format (chat) or text.format (Responses)."""
-    fmt = request.get("response_format")
-    if not isinstance(fmt, dict):
-        text = request.get("text")
-        fmt = text.get("format") if isinstance(text, dict) else None
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
-        return None
-    spec = fmt.get("json_schema", fmt)
-    schema = spec.get("schema") if isinstance(spec, dict) else None
-    return schema if isinstance(schema, dict) else None
+    fmt = response_format(request)
+    return format_schema(fmt) if fmt is not None and fmt.get("type") == "json_schema" else None
 
 
 def _tool_call(case: Case, answer: Answer, wanted: Any) -> str | None:
