@@ -44,6 +44,7 @@ from router.record.agreement import agrees
 from router.record.answer import Answer, from_shape, read_answer
 from router.record.success import AnswerShape, judge
 from router.request.job import Job
+from router.request.relay import usage_of
 from router.request.upstream import Upstream
 from router.state.slots import Lease, Slots
 
@@ -226,13 +227,10 @@ def _parsed(raw: bytes) -> dict[str, Any] | None:
 
 
 def _cost(target: Endpoint, parsed: Mapping[str, Any]) -> float:
-    if not isinstance(target, ServerlessEndpoint):
+    """What the shadow answer cost: its usage read as the live answers' is (usage_of)."""
+    usage = usage_of(parsed)
+    if not isinstance(target, ServerlessEndpoint) or usage is None:
         return 0.0
-    usage = parsed.get("usage")
-    if not isinstance(usage, dict):
-        return 0.0
-    tokens_in = usage.get("prompt_tokens", usage.get("input_tokens", 0))
-    tokens_out = usage.get("completion_tokens", usage.get("output_tokens", 0))
-    if not isinstance(tokens_in, int) or not isinstance(tokens_out, int):
-        return 0.0
-    return token_cost_usd(tokens_in, tokens_out, target.usd_per_mtok_in, target.usd_per_mtok_out)
+    return token_cost_usd(
+        usage.input_tokens or 0, usage.output_tokens or 0, target.usd_per_mtok_in, target.usd_per_mtok_out
+    )
