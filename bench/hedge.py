@@ -31,6 +31,7 @@ from pathlib import Path
 import httpx
 import orjson
 
+from bench.streams import first_token_s, percentile
 from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
 
 PROMPT = "x" * 800  # ~200 prompt tokens by the gateway's estimate and the simulator's count
@@ -49,11 +50,6 @@ class Run:
     tokens_in: float = 0.0
     cancelled: int = 0
     stalls: int = 0
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
 @contextmanager
@@ -113,26 +109,15 @@ async def one(client: httpx.AsyncClient, url: str, run: Run) -> None:
         "max_tokens": MAX_TOKENS,
         "stream": True,
     }
-    started = time.monotonic()
-    try:
-        async with client.stream("POST", url + "/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                run.failed += 1
-                return
-            first = None
-            async for line in response.aiter_lines():
-                if first is None and line.startswith("data: {") and '"content":"' in line:
-                    first = time.monotonic() - started
-            if first is None:
-                run.failed += 1
-                return
-            run.ttft_s.append(first)
-            outcome = response.headers.get("x-tidegate-outcome", "-")
-            run.outcomes[outcome] += 1
-            if outcome == "hedged_ok":
-                run.winners[response.headers.get("x-tidegate-kind", "-")] += 1
-    except httpx.HTTPError:
+    first, response = await first_token_s(client, url, body)
+    if first is None or response is None:
         run.failed += 1
+        return
+    run.ttft_s.append(first)
+    outcome = response.headers.get("x-tidegate-outcome", "-")
+    run.outcomes[outcome] += 1
+    if outcome == "hedged_ok":
+        run.winners[response.headers.get("x-tidegate-kind", "-")] += 1
 
 
 async def open_loop(url: str, requests: int, rate: float, run: Run) -> None:
