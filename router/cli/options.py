@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,3 +24,12 @@ def option(*flags: str, **settings: Any) -> Option:
 def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, options: Iterable[Option]) -> None:
     for entry in options:
         parser.add_argument(*entry.flags, **entry.settings)
+
+
+def admin_key_option(purpose: str) -> Option:
+    """`--admin-key`, from TIDEGATE_ADMIN_KEY by default: every command that calls the admin API."""
+    return option(
+        "--admin-key",
+        default=os.environ.get("TIDEGATE_ADMIN_KEY", ""),
+        help=f"{purpose} (env TIDEGATE_ADMIN_KEY)",
+    )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from router.cli.admin_client import AdminCallFailed, call_admin
+from router.cli.options import add_options, admin_key_option
 from router.cli.parity_output import compare, table, write_html
 from router.cli.probe import refused
 from router.config import ConfigError, ServerlessEndpoint, load_config
@@ -56,11 +56,7 @@ def add_parser(commands: Any) -> None:
     parity.add_argument("--out", type=Path, help="where results go (default parity-<UTC time>)")
     parity.add_argument("--html", action="store_true", help="also write parity.html (the case matrix)")
     parity.add_argument("--apply", metavar="URL", help="store the verdicts in a running gateway (admin API)")
-    parity.add_argument(
-        "--admin-key",
-        default=os.environ.get("TIDEGATE_ADMIN_KEY", ""),
-        help="for --apply (env TIDEGATE_ADMIN_KEY)",
-    )
+    add_options(parity, [admin_key_option("for --apply")])
     parity.add_argument("--compare", nargs=2, type=Path, metavar="DIR", help="what changed between two runs")
     parity.set_defaults(run=_run)
 

@@ -31,7 +31,7 @@ from rich.console import Console
 
 from router.cli import plan_schedule
 from router.cli.admin_client import AdminCallFailed, call_admin
-from router.cli.options import add_options, option
+from router.cli.options import add_options, admin_key_option, option
 from router.cli.plan_from import gateway_rows
 from router.cli.plan_output import pareto_plot, plan_table
 from router.cli.progress import counting
@@ -367,7 +367,7 @@ def add_parser(commands: Any) -> None:
     source.add_argument(
         "--calibrate", metavar="URL", help="fit the model to a running gateway's route figures"
     )
-    source.add_argument("--admin-key", default=os.environ.get("TIDEGATE_ADMIN_KEY", ""))
+    add_options(source, [admin_key_option("for --calibrate and --from")])
     source.add_argument(
         "--probe-result", type=Path, help="probe.json from tidegate probe: the serverless TTFT"
     )

@@ -14,7 +14,6 @@ status and error. Statistics: router/offline/probe.py.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from router.cli.admin_client import AdminCallFailed, call_admin
+from router.cli.options import add_options, admin_key_option
 from router.cli.probe_output import compare, hours_table, plots, table, write_html
 from router.config import ConfigError, Endpoint, GatewayConfig, ServerlessEndpoint, load_config
 from router.economics.cost import token_cost_usd
@@ -259,11 +259,7 @@ def add_parser(commands: Any) -> None:
     probe.add_argument("--every", help="repeat the probe this often, e.g. 1h (with --for)")
     probe.add_argument("--for", dest="for_", help="... for this long, e.g. 24h")
     probe.add_argument("--apply", metavar="URL", help="send the ranking to a running gateway (admin API)")
-    probe.add_argument(
-        "--admin-key",
-        default=os.environ.get("TIDEGATE_ADMIN_KEY", ""),
-        help="for --apply (env TIDEGATE_ADMIN_KEY)",
-    )
+    add_options(probe, [admin_key_option("for --apply")])
     probe.add_argument("--compare", nargs=2, type=Path, metavar="DIR", help="compare two probe runs")
     probe.set_defaults(run=_run)
 

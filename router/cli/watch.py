@@ -14,6 +14,7 @@ from rich.console import Console, Group
 from rich.live import Live
 
 from router.cli.admin_client import AdminCallFailed
+from router.cli.options import add_options, admin_key_option
 
 
 def add_admin_options(parser: argparse.ArgumentParser) -> None:
@@ -23,11 +24,7 @@ def add_admin_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("TIDEGATE_URL", "http://127.0.0.1:8000"),
         help="the gateway's base URL (env TIDEGATE_URL)",
     )
-    parser.add_argument(
-        "--admin-key",
-        default=os.environ.get("TIDEGATE_ADMIN_KEY", ""),
-        help="the admin key (env TIDEGATE_ADMIN_KEY)",
-    )
+    add_options(parser, [admin_key_option("the admin key")])
 
 
 def show(fetch: Callable[[], Group], console: Console, *, watch: bool, every_s: float) -> int:
