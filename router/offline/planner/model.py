@@ -90,22 +90,30 @@ class _Run:
 
     def records(self) -> list[dict[str, Any]]:
         order = self._order
-        self._events = [(r.arrival.at_s, next(order), "arrive", r.index, 0) for r in self._requests]
-        until = self._requests[-1].arrival.at_s if self._requests else 0.0
-        self._events += [(at, next(order), "warm", 0, 0) for at in keep_warm_times(self._plan, until)]
-        heapq.heapify(self._events)  # one O(n) pass rather than a push per arrival
+        times = [r.arrival.at_s for r in self._requests]
+        until = times[-1] if times else 0.0
+        # the arrivals are sorted already: they stay out of the heap, which holds only the events
+        # the run makes (and the keep-warm pings, in order: a valid heap as it stands); at equal
+        # times an arrival goes first, as it did when arrivals were numbered before every event
+        self._events = [(at, next(order), "warm", 0, 0) for at in keep_warm_times(self._plan, until)]
         handlers = {
-            "arrive": self._arrive,
             "first": self._first_token,
             "decode": self._decode_check,
             "timeout": self._timeout,
             "batch_timeout": self._batch_timeout,
             "warm": self._warm,
         }
-        events, pop = self._events, heapq.heappop
-        while events:
-            now, _, kind, a, b = pop(events)
-            handlers[kind](now, a, b)
+        events, pop, arrive = self._events, heapq.heappop, self._arrive
+        next_arrival, count = 0, len(times)
+        while True:
+            if next_arrival < count and (not events or times[next_arrival] <= events[0][0]):
+                arrive(times[next_arrival], next_arrival, 0)
+                next_arrival += 1
+            elif events:
+                now, _, kind, a, b = pop(events)
+                handlers[kind](now, a, b)
+            else:
+                break
         return [self._record(r) for r in self._requests]
 
     def _push(self, at: float, kind: str, a: int, b: int = 0) -> None:
