@@ -217,7 +217,7 @@ def costs(records: Sequence[dict[str, Any]], pricing: Pricing, span_s: float) ->
             counted = tokens[route] = [0, 0]
         counted[0] += r["input_tokens"]
         counted[1] += r["output_tokens"]
-    serverless_usd = sum(token_cost_usd(*counted, *priced[route]) for route, counted in tokens.items())
+    serverless_usd = sum(token_cost_usd(i, o, *priced[route]) for route, (i, o) in tokens.items())
     dedicated_usd = pricing.dedicated_usd_per_hour * span_s / 3600
     provisioned = pricing.dedicated_slots * span_s
     return {
