@@ -29,12 +29,11 @@ from typing import Any
 import orjson
 from rich.console import Console
 
-from router.cli import plan_schedule
+from router.cli import plan_sampling, plan_schedule
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.options import add_options, admin_key_option, option
 from router.cli.plan_from import gateway_rows
 from router.cli.plan_output import pareto_plot, plan_table
-from router.cli.progress import counting
 from router.config import ConfigError, DedicatedEndpoint, ServerlessEndpoint, load_config
 from router.offline import calibration
 from router.offline.calibration import (
@@ -44,7 +43,7 @@ from router.offline.calibration import (
     TtftDistribution,
 )
 from router.offline.planner.plans import System
-from router.offline.planner.sweep import Grid, break_even, choose, pareto, sweep
+from router.offline.planner.sweep import Grid, break_even, choose, pareto
 from router.offline.replay import Arrival, load, scale_rate, window
 
 Z95 = 1.6449  # the standard normal's 95th percentile: a log-normal's p95 / p50 = exp(Z95 x sigma)
@@ -171,10 +170,7 @@ def run(args: argparse.Namespace) -> int:
     span_s = (args.minutes * 60) if args.minutes is not None else rows[-1].at_s
     plans = _grid(args).plans()
     started = time.perf_counter()
-    with counting(console, "modelling plans", len(plans)) as advance:
-        results = sweep(
-            rows, plans, system, slo_ttft_ms=args.slo_ttft_ms, span_s=span_s, progress=advance, jobs=args.jobs
-        )
+    results = plan_sampling.model(rows, plans, system, args, span_s=span_s, console=console)
     elapsed = time.perf_counter() - started
     verdict = choose(results, args.target)
     front = pareto(results)
@@ -183,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             r["break_even"] = break_even(r, baseline, system)
     trace = {
+        "sampled": results[0].get("sampled") if results else None,
         "path": str(args.trace),
         "start_min": args.start,
         "minutes": args.minutes,
@@ -233,6 +230,8 @@ def _inputs(
         return "no rows in that window"
     if args.price_sweep and 0 not in args.replicas:
         return "--price-sweep compares with all-serverless: keep 0 in --replicas"
+    if args.slice_s <= 0 or args.slices_per_stratum < 1:
+        return "--slice-s must be > 0 and --slices-per-stratum >= 1"
     if not 0 <= args.batch_share <= 1 or args.batch_reserve < 0 or args.batch_max_wait_s <= 0:
         return "--batch-share must be from 0 to 1, --batch-reserve >= 0, --batch-max-wait-s > 0"
     batch = {"batch_share": args.batch_share, "batch_reserve": args.batch_reserve}
@@ -344,6 +343,7 @@ _OPTIONS = (
         help="processes modelling plans (or hours) at once; the figures do not depend on it "
         "(default: every core)",
     ),
+    *plan_sampling.OPTIONS,
     option("--top", type=int, default=15, help="plans shown in the table"),
     option("--show-all", action="store_true"),
 )

@@ -45,6 +45,27 @@ def test_plan_sweeps_the_grid_marks_the_cheapest_plan_meeting_the_slo_and_writes
     assert "wins below $/GPU-h" in done.stdout
 
 
+def test_a_long_trace_is_planned_on_a_sample_that_says_what_it_stands_for(tmp_path):
+    grid = ("--replicas", "0", "1", "--max-concurrency", "16", "--max-queue-ms", "0", "--canary", "100")
+    runs = {}
+    for sampling in ("on", "off"):
+        out = tmp_path / sampling
+        done = run_cli(
+            "plan", str(TRACE.with_name("AzureLLMInferenceTrace_conv_20min.csv")), *grid, "--sampling", sampling, "--slice-s", "60", "--slices-per-stratum", "1",
+            "--jobs", "1", "--out", str(out),
+        )  # fmt: skip
+        assert done.returncode in {0, 1}, done.stdout + done.stderr
+        runs[sampling] = orjson.loads((out / "plan.json").read_bytes())
+    sampled, exact = runs["on"], runs["off"]
+    shape = sampled["trace"]["sampled"]
+    assert shape["slices"] < shape["of_slices"] == 20 and shape["of_requests"] == exact["trace"]["requests"]
+    assert exact["trace"]["sampled"] is None and all("sampled" not in p for p in exact["plans"])
+    for estimated, modelled in zip(sampled["plans"], exact["plans"], strict=True):
+        assert estimated["plan"] == modelled["plan"] and estimated["sampled"] == shape
+        assert estimated["requests"] == pytest.approx(modelled["requests"], abs=1)  # the weights add up
+        assert estimated["dedicated_usd"] == modelled["dedicated_usd"]  # by the span: exact
+
+
 def test_plan_refuses_bad_input_with_a_clear_error(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
@@ -52,6 +73,8 @@ def test_plan_refuses_bad_input_with_a_clear_error(tmp_path):
         ((str(empty),), "no rows"),
         ((str(TRACE), "--config", str(tmp_path / "missing.yaml")), "cannot read"),
         ((str(TRACE), "--price-sweep", "--replicas", "1"), "keep 0 in --replicas"),
+        ((str(TRACE), "--slice-s", "0"), "--slice-s must be > 0"),
+        ((str(TRACE), "--slices-per-stratum", "0"), "--slices-per-stratum >= 1"),
     ):
         done = run_cli("plan", *args, "--minutes", "1", "--out", str(tmp_path / "out"))
         assert done.returncode == 2, done.stdout + done.stderr

@@ -83,10 +83,10 @@ def evaluate(
     found = summary(records, slo_ttft_ms, lag_p99_ms=math.inf, pricing=costed, span_s=span_s)
     found.pop("client_kept_up", None)
     found.pop("send_lag_ms", None)
-    return {"plan": plan.label, "settings": _settings(plan)} | found
+    return {"plan": plan.label, "settings": settings(plan)} | found
 
 
-def _settings(plan: Plan) -> dict[str, Any]:
+def settings(plan: Plan) -> dict[str, Any]:
     if plan.replicas == 0:  # no dedicated pool: its knobs do not apply
         return {
             "replicas": 0,
@@ -117,18 +117,19 @@ def sweep(
     span_s: float,
     progress: Callable[[], None] = lambda: None,
     jobs: int = 1,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Every plan's figures, in the plans' order; `jobs` processes at once (each plan is
     modelled on its own, so the figures do not depend on how many)."""
     plans = list(plans)
-    one = functools.partial(_evaluate_plan, slo_ttft_ms=slo_ttft_ms, span_s=span_s)
+    one = functools.partial(_evaluate_plan, slo_ttft_ms=slo_ttft_ms, span_s=span_s, seed=seed)
     return in_processes(one, plans, jobs, progress, shared=(arrivals, system))
 
 
 def _evaluate_plan(
-    plan: Plan, arrivals: Sequence[Arrival], system: System, *, slo_ttft_ms: float, span_s: float
+    plan: Plan, arrivals: Sequence[Arrival], system: System, *, slo_ttft_ms: float, span_s: float, seed: int
 ) -> dict[str, Any]:
-    return evaluate(arrivals, plan, system, slo_ttft_ms=slo_ttft_ms, span_s=span_s)
+    return evaluate(arrivals, plan, system, slo_ttft_ms=slo_ttft_ms, span_s=span_s, seed=seed)
 
 
 def _per_success(result: dict[str, Any]) -> float:
