@@ -29,7 +29,7 @@ class Reason(StrEnum):
     CIRCUIT_OPEN = "circuit_open"
     FAILOVER = "failover"  # an earlier target failed before the first byte
     SERVERLESS_ONLY = "serverless_only"  # the model has no dedicated endpoint
-    PREDICTED_SLOW = "predicted_slow"  # dedicated's predicted TTFT was over budget and serverless's better
+    PREDICTED_SLOW = "predicted_slow"  # the predicted TTFT was over budget on every open dedicated pool
     HEDGED = "hedged"  # dedicated's first token was slow: a serverless hedge answered first
 
     @property

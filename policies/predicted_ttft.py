@@ -1,8 +1,16 @@
 """Predicted-TTFT admission: a dedicated replica's capacity is prefill tokens per second, not
 sequences. Admit to a dedicated pool while the TTFT predicted there, from the prompt tokens
 already admitted and not yet at their first token (this request's included) and the pool's
-learned prefill model, fits the model's TTFT budget; otherwise decide once between the
-dedicated queue and spilling, by which is predicted quicker. Never wait and then spill anyway.
+learned prefill model, fits the model's TTFT budget; otherwise spill at once. Never wait and
+then spill anyway.
+
+A request predicted over the budget on every pool misses its SLO there for certain, and, worse,
+its prompt sits in the pool's prefill queue ahead of every later request, so the pool's next
+requests miss too; spilling is its only chance. (The rule used to keep it on the pool when the
+spill route's windowed median TTFT was slower. After a scale-to-zero route's cold load that
+median is the load for a whole window while the route is warm again: on the held-out Azure code
+slices the policy then admitted worse than a fixed cap of 8 slots (issue 28). Spilling at once
+beat every fixed cap there, cold route or warm.)
 
 `max_concurrency` stays a hard ceiling (the engine's `max_num_seqs`), not the steering signal.
 The prediction is a function of the snapshot; the store enforces it atomically at acquire
@@ -19,7 +27,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from policies.base import Decision, Reason, RequestContext
-from policies.types import Snapshot, T, Target, is_dedicated, route_key
+from policies.types import Snapshot, T, is_dedicated
 
 
 class Admission(StrEnum):
@@ -44,25 +52,11 @@ def predicted_ttft_ms(snapshot: Snapshot, pool: str, prompt_tokens: int) -> floa
     return model.ttft_p95_ms(tokens_ahead(snapshot, pool, prompt_tokens) + prompt_tokens)
 
 
-def spill_ttft_ms(model: str, snapshot: Snapshot, spill: Target, budget_ms: float, min_samples: int) -> float:
-    """What spilling to `spill` is expected to cost in TTFT now: its windowed median, once the
-    window holds `min_samples`; until then the budget (assumed to meet it). A cold start moves
-    a mean by seconds for a whole window though the endpoint is warm again right after it, and
-    a median of a few samples after an idle spell is the cold start itself: trusting either
-    would keep every request off serverless, so it never warms up and the dedicated queue
-    grows without bound."""
-    figures = snapshot.ttft.get(route_key(model, spill.name))
-    if figures is None or figures.samples < min_samples:
-        return budget_ms
-    return figures.p50
-
-
 class PredictedTtftFirst:
     """Dedicated endpoints whose predicted TTFT fits `budget_ms`, then serverless."""
 
-    def __init__(self, budget_ms: float, min_samples: int = 20) -> None:
+    def __init__(self, budget_ms: float) -> None:
         self._budget_ms = budget_ms
-        self._min_samples = min_samples
 
     def decide(self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]) -> Decision[T]:
         dedicated = [c for c in candidates if is_dedicated(c)]
@@ -81,13 +75,8 @@ class PredictedTtftFirst:
                 if d.name in snapshot.prefill
             }
             return Decision((*fits, *serverless), Reason.BASELINE, admit_within=within)
-        best = min(open_, key=lambda d: predicted[d.name] or 0.0)
-        if not serverless:
-            return Decision((best,), Reason.SATURATED)
-        spill_ms = spill_ttft_ms(context.model, snapshot, serverless[0], self._budget_ms, self._min_samples)
-        if (predicted[best.name] or 0.0) < spill_ms:
-            # over budget either way, and the dedicated queue is the quicker: go there, once
-            return Decision((best, *serverless), Reason.BASELINE)
+        if not serverless:  # nowhere to spill: the quickest pool, over budget
+            return Decision((min(open_, key=lambda d: predicted[d.name] or 0.0),), Reason.SATURATED)
         return Decision(serverless, Reason.PREDICTED_SLOW)
 
 

@@ -90,9 +90,7 @@ def _budget_ms(model: ModelSettings) -> float:
 PICKERS: Mapping[Admission, Callable[[ModelSettings], Policy]] = MappingProxyType(
     {
         Admission.SLOTS: lambda model: DedicatedFirst(model.routing.max_queue_ms),
-        Admission.PREDICTED_TTFT: lambda model: PredictedTtftFirst(
-            _budget_ms(model), model.routing.min_samples
-        ),
+        Admission.PREDICTED_TTFT: lambda model: PredictedTtftFirst(_budget_ms(model)),
     }
 )
 

@@ -156,40 +156,25 @@ class _Run:
     def _predicted(self, now: float, request: _Request, budget_ms: float) -> None:
         """policies/predicted_ttft.py with the calibration's own prefill figures (what the
         gateway's learner converges to): the first replica whose predicted TTFT fits the
-        budget; else, once, the quicker of the best replica's queue and serverless."""
+        budget; else a spill at once."""
         d = self._system.dedicated
         tokens = request.arrival.input_tokens
         open_ = [r for r in self._replicas if r.slots_used < self._plan.max_concurrency]
         if not open_:
             self._serverless(now, request, "saturated")
             return
-
-        def predicted_ms(replica: _Replica) -> float:
-            return 1000 * (d.overhead_s + (replica.pending_tokens + tokens) / d.prefill_tokens_per_s)
-
         for replica in open_:
-            if predicted_ms(replica) <= budget_ms:
+            predicted_ms = 1000 * (d.overhead_s + (replica.pending_tokens + tokens) / d.prefill_tokens_per_s)
+            if predicted_ms <= budget_ms:
                 self._take(now, replica, request)
                 return
-        best = min(open_, key=predicted_ms)
-        if predicted_ms(best) < self._spill_median_ms(now, budget_ms):
-            self._take(now, best, request)
-        else:
-            self._serverless(now, request, "predicted_slow")
+        self._serverless(now, request, "predicted_slow")
 
     def _take(self, now: float, replica: _Replica, request: _Request) -> None:
         replica.slots_used += 1
         replica.pending_tokens += request.arrival.input_tokens
         request.reason = "baseline"
         self._admit(now, replica, request)
-
-    def _spill_median_ms(self, now: float, budget_ms: float) -> float:
-        """The serverless route's windowed median TTFT; under `min_samples`, the budget."""
-        horizon = now - self._system.window_s
-        self._ttft_window.drop_before(horizon)
-        if len(self._ttft_window) < self._system.min_samples:
-            return budget_ms
-        return 1000 * self._ttft_window.percentile(50)
 
     def _worth_waiting(self, now: float) -> bool:
         """policies.dedicated_first.worth_waiting_ms over the windowed figures."""

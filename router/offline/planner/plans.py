@@ -51,7 +51,6 @@ class System:
     window_s: float = 60.0  # the gateway's latency window (state.window_s), in trace seconds
     max_waiters: int = 64  # per dedicated endpoint (max_waiters)
     gateway_overhead_s: float = 0.0  # added to every TTFT: the gateway's own time
-    min_samples: int = 20  # routing.min_samples: before a route's windowed figures are trusted
     # this share of the trace's requests is batch traffic (router/request/priority.py): it waits
     # for a dedicated slot outside the line, never taking the last `batch_reserve` slots, for up
     # to `batch_max_wait_s`, then is refused (routing.batch.on_timeout: reject)
