@@ -86,6 +86,8 @@ class _Run:
         self._cold = ColdLoad()
         self._e2e_window = TimeWindow()  # first replica's completions
         self._ttft_window = TimeWindow()  # serverless first tokens
+        # only a wait in line reads the windows (the expected wait against the spill's p95)
+        self._windowed = bool(self._replicas) and plan.max_queue_ms > 0 and plan.ttft_budget_ms is None
         self._steps: dict[int, float] = {}  # decode step by batch size
 
     def records(self) -> list[dict[str, Any]]:
@@ -259,7 +261,7 @@ class _Run:
         request.route, request.reason = SERVERLESS_ROUTE, reason
         first = request.first_token_at = now + ttft
         request.done_at = first + (request.arrival.output_tokens - 1) * s.itl_s
-        if self._replicas:  # only routing reads the window; kept to its span as it grows
+        if self._windowed:  # kept to its span as it grows
             window = self._ttft_window
             window.drop_before(now - self._system.window_s)
             window.append(first, ttft)
@@ -322,7 +324,7 @@ class _Run:
     def _finish(self, now: float, replica: _Replica, request: _Request) -> None:
         request.done_at = now
         replica.running -= 1
-        if replica.index == 0:
+        if replica.index == 0 and self._windowed:
             self._e2e_window.drop_before(now - self._system.window_s)
             self._e2e_window.append(now, now - request.arrival.at_s)
         while replica.engine_queue and replica.running < self._system.dedicated.max_num_seqs:
