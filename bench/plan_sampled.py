@@ -4,9 +4,10 @@ attainment (points) and cost per SLO-successful task (%), each the mean over `--
 and next to them the exact model's own spread across those seeds (a scale-to-zero route's
 cold loads last 10-90 s, so one 20-minute run of a bursty slice moves by many points with the
 seed alone). Also the same over the plans the choice turns on (the exact model's attainment at
-least 90%), whether both choose the same plan, and the time each took.
+least 90%), whether both choose the same plan, and the time each took. `--floor` also puts the
+exact model against itself on as many other seeds: the difference noise alone makes.
 
-    python -m bench.plan_sampled [--slice code:1 conv:10] [--slice-s 60] [--seeds 3]
+    python -m bench.plan_sampled [--slice code:1 conv:10] [--slice-s 60] [--seeds 5] [--floor]
 """
 
 from __future__ import annotations
@@ -39,6 +40,18 @@ def _spread(runs: Sequence[list[dict[str, Any]]], plan: int) -> float:
     return (max(values) - min(values)) * 100
 
 
+def _apart(
+    exact: Sequence[list[dict[str, Any]]], other: Sequence[list[dict[str, Any]]]
+) -> tuple[list[float], list[float]]:
+    """Per plan, |attainment apart| in points and |cost per SLO success apart| in %, of the means."""
+    points, costs = [], []
+    for i in range(len(exact[0])):
+        points.append(abs(_mean(other, "slo_attainment", i) - _mean(exact, "slo_attainment", i)) * 100)
+        e, m = (_mean(runs, "cost_per_slo_success_usd", i) for runs in (exact, other))
+        costs.append(abs(m / e - 1) * 100 if e else 0.0)
+    return points, costs
+
+
 def compare(name: str, scale: float, args: argparse.Namespace) -> dict[str, Any]:
     rows = scale_rate(load(TRACES / FILES[name]), scale, seed=0)
     calibration = args.calibration
@@ -58,15 +71,22 @@ def compare(name: str, scale: float, args: argparse.Namespace) -> dict[str, Any]
         for s in range(args.seeds)
     ]
     sampled_s = (time.perf_counter() - started) / args.seeds
-    points, costs, spreads = [], [], []
-    for i in range(len(plans)):
-        points.append(abs(_mean(estimated, "slo_attainment", i) - _mean(exact, "slo_attainment", i)) * 100)
-        e, m = (_mean(runs, "cost_per_slo_success_usd", i) for runs in (exact, estimated))
-        costs.append(abs(m / e - 1) * 100 if e else 0.0)
-        spreads.append(_spread(exact, i))
+    points, costs = _apart(exact, estimated)
+    spreads = [_spread(exact, i) for i in range(len(plans))]
     worst = max(range(len(plans)), key=lambda i: points[i])
     near = [i for i in range(len(plans)) if _mean(exact, "slo_attainment", i) >= NEAR]
-    return {
+    found = {}
+    if args.floor:  # the exact model against itself on as many other seeds: what noise alone gives
+        again = [
+            sweep(rows, plans, system, slo_ttft_ms=SLO_TTFT_MS, span_s=span, jobs=args.jobs, seed=s)
+            for s in range(args.seeds, 2 * args.seeds)
+        ]
+        floor_points, floor_costs = _apart(exact, again)
+        found = {
+            "floor_near_points_max": max((floor_points[i] for i in near), default=0.0),
+            "floor_near_cost_pct_max": max((floor_costs[i] for i in near), default=0.0),
+        }
+    return found | {
         "near_plans": len(near),
         "near_points_max": max((points[i] for i in near), default=0.0),
         "near_cost_pct_max": max((costs[i] for i in near), default=0.0),
@@ -97,6 +117,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--calibration", choices=sorted(DEDICATED), default="deepseek-r1-h200")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--floor", action="store_true", help="also the exact model against itself on other seeds"
+    )
     args = parser.parse_args()
     for spec in args.slice:
         name, _, scale = spec.partition(":")
@@ -112,7 +135,13 @@ def main() -> None:
             f" pt); chosen exact {found['choice_exact']} sampled {found['choice_sampled']}; "
             f"{found['exact_s']:.1f} s exact, {found['sampled_s']:.1f} s sampled per sweep; "
             f"the {found['near_plans']} plans at >= {NEAR:.0%} (exact): max {found['near_points_max']:.2f} pt, "
-            f"{found['near_cost_pct_max']:.2f}%",
+            f"{found['near_cost_pct_max']:.2f}%"
+            + (
+                f" (exact against exact on other seeds: {found['floor_near_points_max']:.2f} pt, "
+                f"{found['floor_near_cost_pct_max']:.2f}%)"
+                if args.floor
+                else ""
+            ),
             flush=True,
         )
 
