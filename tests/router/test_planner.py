@@ -258,6 +258,20 @@ def test_predicted_admission_beats_every_fixed_cap_with_a_scale_to_zero_spill_ro
     assert mean(predicted, "cost_per_slo_success_usd") <= mean(best, "cost_per_slo_success_usd")
 
 
+def test_the_model_takes_arrivals_in_time_order_whatever_order_they_are_given_in():
+    rows = window(load(TRACES / "AzureLLMInferenceTrace_code_20min.csv"), 0, 3)
+    plan = Plan(1, 8, 250.0)
+    in_order = simulate(rows, plan, SYSTEM, seed=3)
+    shuffled = list(reversed(rows))
+    reversed_records = simulate(shuffled, plan, SYSTEM, seed=3)
+    assert reversed_records[0]["at_s"] == rows[-1].at_s  # one record per row, in the rows' order
+    for r in in_order:
+        r.pop("index")
+    for r in reversed_records:
+        r.pop("index")
+    assert list(reversed(reversed_records)) == in_order
+
+
 def test_keep_warm_pings_keep_serverless_warm_and_are_priced_as_spend():
     gap = S.idle_to_cold_s
     rows = [Arrival(0.0, 10, 2), Arrival(3 * gap, 10, 2)]

@@ -93,10 +93,11 @@ class _Run:
     def records(self) -> list[dict[str, Any]]:
         order = self._order
         times = [r.arrival.at_s for r in self._requests]
-        until = times[-1] if times else 0.0
-        # the arrivals are sorted already: they stay out of the heap, which holds only the events
-        # the run makes (and the keep-warm pings, in order: a valid heap as it stands); at equal
-        # times an arrival goes first, as it did when arrivals were numbered before every event
+        until = max(times, default=0.0)
+        # the arrivals stay out of the heap, taken in time order (a trace is sorted; a stable sort
+        # otherwise), which holds only the events the run makes (and the keep-warm pings, in
+        # order: a valid heap as it stands); at equal times an arrival goes first, as it did when
+        # arrivals were numbered before every event
         self._events = [(at, next(order), "warm", 0, 0) for at in keep_warm_times(self._plan, until)]
         handlers = {
             "first": self._first_token,
@@ -106,10 +107,13 @@ class _Run:
             "warm": self._warm,
         }
         events, pop, arrive = self._events, heapq.heappop, self._arrive
+        in_order = all(a <= b for a, b in itertools.pairwise(times))
+        sequence = range(len(times)) if in_order else sorted(range(len(times)), key=times.__getitem__)
         next_arrival, count = 0, len(times)
         while True:
-            if next_arrival < count and (not events or times[next_arrival] <= events[0][0]):
-                arrive(times[next_arrival], next_arrival, 0)
+            if next_arrival < count and (not events or times[sequence[next_arrival]] <= events[0][0]):
+                index = sequence[next_arrival]
+                arrive(times[index], index, 0)
                 next_arrival += 1
             elif events:
                 now, _, kind, a, b = pop(events)
