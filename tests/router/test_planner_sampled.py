@@ -85,3 +85,5 @@ def test_bad_sampling_settings_are_refused():
     for bad in ({"slice_s": 0}, {"per_stratum": 0}, {"ratio": 1.0}, {"warmup_s": -1}):
         with pytest.raises(ValueError, match="sampling needs"):
             sample(rows, 600, **bad)
+    with pytest.raises(ValueError, match="in time order"):
+        sample(list(reversed(rows)), 600)

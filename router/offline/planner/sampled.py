@@ -17,6 +17,7 @@ bench/plan_sampled.py checks it against the exact model plan for plan.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,8 @@ def sample(
     """The slices that stand for `arrivals` (sorted by time)."""
     if slice_s <= 0 or per_stratum < 1 or ratio <= 1 or warmup_s < 0:
         raise ValueError("sampling needs slice_s > 0, per_stratum >= 1, ratio > 1 and warmup_s >= 0")
+    if any(a.at_s > b.at_s for a, b in itertools.pairwise(arrivals)):
+        raise ValueError("sampling needs the arrivals in time order")
     bounds = _slice_bounds(arrivals, slice_s)
     strata: dict[int, list[int]] = {}
     for index, (first, last) in enumerate(bounds):
