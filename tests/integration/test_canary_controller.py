@@ -105,8 +105,20 @@ def events(found: dict[str, Any]) -> list[dict[str, Any]]:
     return list(reversed(found["history"]))  # oldest first
 
 
+TERMINAL = frozenset({"promoted", "rolled_back"})
+
+
 def wait_state(gateway: CliProcess, state: str, timeout: float) -> dict[str, Any]:
-    wait_until(lambda: status(gateway)["run"]["state"] == state, timeout=timeout, interval=0.2)
+    """The run's status once it is in `state`; a failure naming the state it ended in instead."""
+    seen: dict[str, Any] = {}
+
+    def reached() -> bool:
+        seen.update(status(gateway))
+        now = seen["run"]["state"]
+        assert now == state or now not in TERMINAL, f"the run ended {now}, not {state}: {events(seen)[-3:]}"
+        return now == state
+
+    wait_until(reached, timeout=timeout, interval=0.2)
     return status(gateway)
 
 
@@ -158,7 +170,10 @@ def test_a_degrading_dedicated_is_rolled_back(tmp_path, redis_url, change, faili
     ded_profile, sl_profile = sims()
     with Sim(ded_profile) as ded, Sim(sl_profile) as sl:
         steps = "[10, 20, 30, 40, 50, 60, 70, 80, 90, 100]"  # room to fail before the end
-        config = write_config(tmp_path / "c.yaml", ded, sl, redis_url, steps=steps)
+        # a step at most every 3 s: the run cannot walk its last nine steps (27 s) before the
+        # slowdown fills the analysis's 10 s slices and two analyses fail, however loaded the
+        # machine (a loaded one gives fewer samples, so it holds rather than steps)
+        config = write_config(tmp_path / "c.yaml", ded, sl, redis_url, steps=steps, interval_s=3)
         with CliProcess("serve", "--config", str(config), "--port", "0") as gw, traffic([gw.url]):
             assert act(gw, "start").status_code == 200
             wait_until(lambda: status(gw)["run"]["step"] >= 1, timeout=40, interval=0.2)
