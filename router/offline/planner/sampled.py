@@ -17,7 +17,6 @@ bench/plan_sampled.py checks it against the exact model plan for plan.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -89,24 +88,20 @@ def sample(
     """The slices that stand for `arrivals` (sorted by time)."""
     if slice_s <= 0 or per_stratum < 1 or ratio <= 1 or warmup_s < 0:
         raise ValueError("sampling needs slice_s > 0, per_stratum >= 1, ratio > 1 and warmup_s >= 0")
-    if any(a.at_s > b.at_s for a, b in itertools.pairwise(arrivals)):
-        raise ValueError("sampling needs the arrivals in time order")
-    bounds = _slice_bounds(arrivals, slice_s)
+    spans = _spans(arrivals, slice_s)
     strata: dict[int, list[int]] = {}
-    for index, (first, last) in enumerate(bounds):
-        if last > first:
-            strata.setdefault(math.floor(math.log(last - first) / math.log(ratio)), []).append(index)
+    for index, span in enumerate(spans):
+        if span.requests:
+            strata.setdefault(math.floor(math.log(span.requests) / math.log(ratio)), []).append(index)
     slices: list[Slice] = []
     tokens: list[tuple[int, int]] = []
     for stratum, members in enumerate(strata.values()):
         picked = [members[math.floor((j + 0.5) * len(members) / per_stratum)] for j in range(per_stratum)]
         picked = sorted(set(picked))
-        weight = sum(bounds[i][1] - bounds[i][0] for i in members) / sum(
-            bounds[i][1] - bounds[i][0] for i in picked
-        )
+        weight = sum(spans[i].requests for i in members) / sum(spans[i].requests for i in picked)
         cut = functools.partial(_slice, arrivals, warmup_s=warmup_s, weight=weight, stratum=stratum)
-        slices += [cut(bounds[i], i * slice_s) for i in picked]
-        tokens.append(_tokens(arrivals, [bounds[i] for i in members]))
+        slices += [cut((spans[i].first, spans[i].last), i * slice_s) for i in picked]
+        tokens.append((sum(spans[i].prompt for i in members), sum(spans[i].answer for i in members)))
     return Sample(
         slices=tuple(sorted(slices, key=lambda s: s.start_s)),
         requests=len(arrivals),
@@ -119,26 +114,38 @@ def sample(
     )
 
 
-def _tokens(arrivals: Sequence[Arrival], ranges: Sequence[tuple[int, int]]) -> tuple[int, int]:
-    prompt = answer = 0
-    for first, last in ranges:
-        for a in arrivals[first:last]:
-            prompt += a.input_tokens
-            answer += a.output_tokens
-    return prompt, answer
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """One slice of the trace: the index range of its arrivals and their tokens."""
+
+    first: int
+    last: int
+    prompt: int
+    answer: int
+
+    @property
+    def requests(self) -> int:
+        return self.last - self.first
 
 
-def _slice_bounds(arrivals: Sequence[Arrival], slice_s: float) -> list[tuple[int, int]]:
-    """Per slice, the index range of its arrivals."""
-    count = math.floor(arrivals[-1].at_s / slice_s) + 1 if arrivals else 0
-    starts = [0] * (count + 1)
-    index = 0
-    for s in range(count):
-        end = (s + 1) * slice_s
-        while index < len(arrivals) and arrivals[index].at_s < end:
-            index += 1
-        starts[s + 1] = index
-    return [(starts[s], starts[s + 1]) for s in range(count)]
+def _spans(arrivals: Sequence[Arrival], slice_s: float) -> list[_Span]:
+    """Every slice from 0 to the last arrival, in one pass over a trace (tens of millions of
+    rows for a week), which must be in time order."""
+    spans: list[_Span] = []
+    first = prompt = answer = 0
+    previous = -math.inf
+    for index, a in enumerate(arrivals):
+        if a.at_s < previous:
+            raise ValueError("sampling needs the arrivals in time order")
+        previous = a.at_s
+        while a.at_s >= (len(spans) + 1) * slice_s:
+            spans.append(_Span(first, index, prompt, answer))
+            first, prompt, answer = index, 0, 0
+        prompt += a.input_tokens
+        answer += a.output_tokens
+    if arrivals:
+        spans.append(_Span(first, len(arrivals), prompt, answer))
+    return spans
 
 
 def _slice(
