@@ -54,16 +54,16 @@ def detect(path: Path) -> str:
     raise ValueError(f"{path}: not an Azure CSV, a Mooncake JSONL or a tidegate access log")
 
 
-def azure_time(row: dict[str, str]) -> datetime:
-    """An Azure CSV row's TIMESTAMP (seven decimals of seconds: Python reads six)."""
-    return datetime.fromisoformat(row["TIMESTAMP"][:26])
+def azure_time(stamp: str) -> datetime:
+    """An Azure CSV TIMESTAMP (seven decimals of seconds: Python reads six)."""
+    return datetime.fromisoformat(stamp[:26])
 
 
 def first_azure_time(path: Path) -> datetime | None:
     """When an Azure CSV's first row was sent (None: no rows)."""
     with path.open(encoding="utf-8", newline="") as f:
         first = next(csv.DictReader(f), None)
-    return None if first is None else azure_time(first)
+    return None if first is None else azure_time(first["TIMESTAMP"])
 
 
 def load(path: Path, fmt: str | None = None) -> list[Arrival]:
@@ -112,7 +112,7 @@ def _azure_rows(lines: Iterable[str]) -> Iterator[tuple[float, int, int]]:
             clock = int(stamp[11:13]) * 3600 + int(stamp[14:16]) * 60 + float(stamp[17:26])
             yield day + clock, int(row[prompt]), int(row[answer])
         else:
-            stated = azure_time({"TIMESTAMP": stamp})
+            stated = azure_time(stamp)
             stated = stated if stated.tzinfo else stated.replace(tzinfo=UTC)
             yield stated.timestamp(), int(row[prompt]), int(row[answer])
 
