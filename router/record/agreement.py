@@ -10,10 +10,10 @@ parity suite's `agree` and a shadow's `compare.agree` name (docs/parity.md):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from router.record import linear
 from router.record.answer import Answer
 
 RULES = ("exact", "json_keys", "json_values", "tool_name", "label")
@@ -41,9 +41,9 @@ def check_rules(rules: Any) -> dict[str, Any]:
         if not isinstance(rules["label"], str):
             raise ValueError("label must be a regular expression (a string)")
         try:
-            re.compile(rules["label"])
-        except re.error as exc:
-            raise ValueError(f"label: not a regular expression ({exc})") from None
+            linear.pattern(rules["label"])
+        except ValueError as exc:
+            raise ValueError(f"label: {exc}") from None
     return dict(rules)
 
 
@@ -95,10 +95,11 @@ def _tool_name(answer: Answer, reference: Answer, _: Any) -> bool:
 
 
 def _label(answer: Answer, reference: Answer, pattern: Any) -> bool:
-    mine, theirs = re.search(pattern, answer.text), re.search(pattern, reference.text)
+    compiled = linear.pattern(pattern)
+    mine, theirs = compiled.search(answer.text), compiled.search(reference.text)
     if mine is None or theirs is None:
         return mine is None and theirs is None
-    return mine.group(mine.lastindex or 0) == theirs.group(theirs.lastindex or 0)
+    return bool(mine.group(mine.lastindex or 0) == theirs.group(theirs.lastindex or 0))
 
 
 def _exact(answer: Answer, reference: Answer, _: Any) -> bool:

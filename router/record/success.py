@@ -5,7 +5,9 @@
    (`models.*.success.finish_reasons`), tool-call arguments parse as JSON, and an answer
    asked for as `response_format` json_object/json_schema parses (and matches the schema).
 
-Application feedback (`POST /v1/feedback`) is the third layer, applied to the task later
+Every check runs in time linear in the answer (router/record/linear.py): answers are read up to
+`success.max_checked_bytes`, a schema over 64 KiB is not checked (router/openai.py), and no
+`pattern` backtracks. Application feedback (`POST /v1/feedback`) is the third layer, applied to the task later
 (router/record/tasks.py). The checks run after the answer was sent, never on its critical path.
 """
 
@@ -14,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import orjson
 
 from router.config import SuccessConfig
+from router.openai import RequestPeek
+from router.record import linear
 
 
 @dataclass(slots=True)
@@ -77,32 +80,7 @@ class AnswerShape:
                     self.add_tool_args((index, call.get("index", n)), arguments, limit)
 
 
-@dataclass(frozen=True, slots=True)
-class JsonWanted:
-    """The request asked for a JSON answer (`response_format`); `schema` when it gave one."""
-
-    schema: dict[str, Any] | None = None
-
-
-def json_wanted(payload: dict[str, Any]) -> JsonWanted | None:
-    form = payload.get("response_format")
-    if not isinstance(form, dict):
-        return None
-    if form.get("type") == "json_object":
-        return JsonWanted()
-    if form.get("type") == "json_schema":
-        spec = form.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        return JsonWanted(schema if isinstance(schema, dict) else None)
-    return None
-
-
-def wants_checks(payload: dict[str, Any]) -> bool:
-    """Whether a stream's text must be gathered for the JSON checks (tools or a JSON answer)."""
-    return bool(payload.get("tools")) or json_wanted(payload) is not None
-
-
-def judge(shape: AnswerShape, config: SuccessConfig, payload: dict[str, Any]) -> str | None:
+def judge(shape: AnswerShape, config: SuccessConfig, request: RequestPeek) -> str | None:
     """None when the answer passes every automatic check; else the first failed check's name."""
     for reason in shape.finish_reasons:
         if reason not in config.finish_reasons:
@@ -112,12 +90,12 @@ def judge(shape: AnswerShape, config: SuccessConfig, payload: dict[str, Any]) ->
     for pieces in shape.tool_args.values():
         if _loads("".join(pieces)) is _INVALID:
             return "tool_args_invalid"
-    wanted = json_wanted(payload)
+    wanted = request.answer_format
     if wanted is not None and shape.text:
         answer = _loads("".join(shape.text))
         if answer is _INVALID:
             return "json_invalid"
-        if wanted.schema is not None and not _matches(answer, wanted.schema):
+        if wanted.schema is not None and not linear.matches(answer, wanted.schema):
             return "json_schema_mismatch"
     return None
 
@@ -130,11 +108,3 @@ def _loads(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return _INVALID
-
-
-def _matches(instance: Any, schema: dict[str, Any]) -> bool:
-    try:
-        validator = jsonschema.validators.validator_for(schema)(schema)
-        return bool(validator.is_valid(instance))
-    except (jsonschema.SchemaError, RecursionError, ValueError, TypeError):
-        return True  # a schema we cannot apply is not the answer's fault

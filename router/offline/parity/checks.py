@@ -4,16 +4,14 @@ shared with shadow traffic (router/record/agreement.py)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jsonschema
 import orjson
 
 from router.offline.parity.suite import Case, as_list
 from router.openai import format_schema, response_format
-from router.record import agreement
+from router.record import agreement, linear
 from router.record.answer import Answer
 
 Check = Callable[[Case, Answer, Any], str | None]  # (case, answer, the expectation) -> why it failed
@@ -38,8 +36,8 @@ def _json_schema(case: Case, answer: Answer, schema: Any) -> str | None:
         document = answer.json_document()
     except ValueError:
         return "the answer is not JSON"
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(document))
-    return None if error is None else _short(error.message)
+    error = linear.first_error(document, schema)
+    return None if error is None else _short(error)
 
 
 def requested_schema(request: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -61,12 +59,12 @@ def _tool_call(case: Case, answer: Answer, wanted: Any) -> str | None:
     schema = wanted.get("arguments")
     if schema is None:
         return None
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(arguments))
-    return None if error is None else "arguments: " + _short(error.message)
+    error = linear.first_error(arguments, schema)
+    return None if error is None else "arguments: " + _short(error)
 
 
 def _regex(case: Case, answer: Answer, pattern: Any) -> str | None:
-    return None if re.search(pattern, answer.text) else f"no match for {_short(pattern)}"
+    return None if linear.pattern(pattern).search(answer.text) else f"no match for {_short(pattern)}"
 
 
 def _contains(case: Case, answer: Answer, wanted: Any) -> str | None:

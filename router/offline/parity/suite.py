@@ -12,16 +12,15 @@ request is sent.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import orjson
 
 from router.openai import output_limit
+from router.record import linear
 from router.record.agreement import RULES, check_rules
 
 APIS = ("chat", "responses")  # /chat/completions and /responses
@@ -144,19 +143,18 @@ def _check_agree(agree: dict[str, Any], where: str) -> None:
 def _schema(schema: Any, where: str) -> None:
     if not isinstance(schema, dict):
         raise SuiteError(f"{where} must be a JSON Schema object")
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise SuiteError(f"{where}: not a valid JSON Schema ({exc.message})") from None
+    problem = linear.schema_problem(schema)
+    if problem is not None:
+        raise SuiteError(f"{where}: not a valid JSON Schema ({problem})")
 
 
 def _regex(pattern: Any, where: str) -> None:
     if not isinstance(pattern, str):
         raise SuiteError(f"{where} must be a regular expression (a string)")
     try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise SuiteError(f"{where}: not a regular expression ({exc})") from None
+        linear.pattern(pattern)
+    except ValueError as exc:
+        raise SuiteError(f"{where}: {exc}") from None
 
 
 def _strings(value: Any) -> bool:
