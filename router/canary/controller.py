@@ -49,7 +49,7 @@ from router.canary.weights import Rates, like_with_like
 from router.config import CanaryControllerConfig, GatewayConfig, ModelConfig
 from router.economics.costs import provisioned
 from router.errors import StoreUnavailable
-from router.periodic import stop
+from router.periodic import Loops, stop
 from router.record.callers import callers_of
 from router.state.latency import Counts, Histogram, Metric, add_counts
 from router.state.rankings import verdicts_of
@@ -76,8 +76,10 @@ class CanaryController:
         registry: CollectorRegistry | None = None,
         *,
         tick_s: float = TICK_S,
+        loops: Loops | None = None,
     ) -> None:
         self._config = config
+        self._loops = loops or Loops()
         self._store = store
         self._snapshot = snapshot
         self._tick_s = tick_s
@@ -100,7 +102,10 @@ class CanaryController:
 
     def start(self) -> None:
         if self._models and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            loop = self._loops.every(
+                "canary controller", self._tick_s, self._turn, self._stop, survives=(StoreUnavailable,)
+            )
+            self._task = asyncio.get_running_loop().create_task(loop)
 
     async def close(self) -> None:
         await stop(self._task, self._stop)
@@ -110,15 +115,13 @@ class CanaryController:
                 await self._store.resign(self.token)
             self.leading = False
 
-    async def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await self.tick()
-            except StoreUnavailable as exc:
-                self.leading = False
-                log.warning("canary controller: the store is unreachable, not acting: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self._tick_s)
+    async def _turn(self) -> None:
+        """One tick; with the store unreachable this process does not act, nor lead."""
+        try:
+            await self.tick()
+        except StoreUnavailable:
+            self.leading = False
+            raise
 
     async def tick(self) -> None:
         was_leading = self.leading

@@ -32,7 +32,7 @@ from router.economics.cost import (
     token_cost_usd,
 )
 from router.errors import StoreUnavailable
-from router.periodic import every, stop
+from router.periodic import Loops, stop
 from router.state.latency import Counts
 
 TARGET_UTILIZATION = 0.7  # sizing all-dedicated: replicas so the mean load is at most this busy
@@ -307,8 +307,15 @@ GAUGES_WINDOW_S = 300.0  # ... over this window
 class EconomicsGauges:
     """Keeps `into` (Telemetry.economics) filled with `dedicated_gauges`, in the background."""
 
-    def __init__(self, config: GatewayConfig, store: CountWindows, into: dict[str, dict[str, float]]) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: CountWindows,
+        into: dict[str, dict[str, float]],
+        loops: Loops | None = None,
+    ) -> None:
         self._config = config
+        self._loops = loops or Loops()
         self._store = store
         self._into = into
         self._stop = asyncio.Event()
@@ -323,7 +330,9 @@ class EconomicsGauges:
         if self._task is None and self._config.state.record:
             survives = (StoreUnavailable, RedisError)  # Redis away: the gauges keep their last values
             self._task = asyncio.get_running_loop().create_task(
-                every(GAUGES_REFRESH_S, self.refresh, self._stop, survives=survives)
+                self._loops.every(
+                    "economics gauges", GAUGES_REFRESH_S, self.refresh, self._stop, survives=survives
+                )
             )
 
     async def close(self) -> None:

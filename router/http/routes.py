@@ -52,17 +52,22 @@ def health_routes(store: StateStore, time_scale: float = 1.0) -> list[Route]:
     async def readyz(request: Request) -> Response:
         """Ready while the gateway can serve, which it can without Redis (decisions are then
         local): an unreachable store is reported as `degraded`, still 200, so an orchestrator
-        does not take every replica out of service because Redis blinked. Served from what the
-        store's background refresh last saw: no I/O, whoever asks and however often."""
+        does not take every replica out of service because Redis blinked. Not ready (503) when
+        a background loop has stopped completing its turns (router/periodic.py): this replica's
+        view of the shared state is frozen then. Served from what the background loops last
+        saw: no I/O, whoever asks and however often."""
         reachable = not store.degraded
-        body = {
-            "status": "ready" if reachable and not store.degraded else "degraded",
+        stale = store.loops.stale()
+        body: dict[str, object] = {
+            "status": "not_ready" if stale else "ready" if reachable else "degraded",
             "state_store": store.name,
             "state_store_reachable": reachable,
             "fallback_admissions": store.fallback_admissions,
             "time_scale": time_scale,  # not 1: a time-lapsed gateway, for `tidegate replay --speed`
         }
-        return Response(orjson.dumps(body), media_type=JSON)
+        if stale:
+            body["stale_loops"] = stale
+        return Response(orjson.dumps(body), status_code=503 if stale else 200, media_type=JSON)
 
     return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
 

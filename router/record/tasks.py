@@ -148,11 +148,19 @@ class TaskLedger:
         await self._idle.wait()
 
     async def _run(self) -> None:
+        """Settle what is queued, whenever something is; a fault of ours in one batch is
+        logged and its requests counted on their own (never lost), and the runner goes on."""
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                await self._settle(self._take())
+                batch = self._take()
+                try:
+                    await self._settle(batch)
+                except Exception:
+                    log.exception("task ledger: a batch of %d could not be settled", len(batch))
+                    for item in batch:
+                        self._count_alone(item.route, item.ok)
             self._idle.set()
 
     def _take(self) -> list[Settlement]:

@@ -30,7 +30,7 @@ from policies.predicted_ttft import Admission
 from policies.slo import slo_step
 from policies.types import EngineQueue, PrefillModel, Snapshot, route_key
 from router.config import EngineSignalConfig, GatewayConfig, SloConfig
-from router.periodic import every
+from router.periodic import Loops
 from router.signals.prefill import PrefillLearner, SharedSamples
 
 log = logging.getLogger("tidegate.signals")
@@ -88,8 +88,10 @@ class SnapshotSource(SharedSamples, Protocol):
 
 
 class Signals:
-    def __init__(self, config: GatewayConfig, store: SnapshotSource) -> None:
+    def __init__(self, config: GatewayConfig, store: SnapshotSource, loops: Loops | None = None) -> None:
         self._store = store
+        self._loops = loops or Loops()
+        self._client: httpx.AsyncClient | None = None
         self._slo: dict[str, SloConfig] = {
             route_key(name, d.name): model.slo
             for name, model in config.models.items()
@@ -198,12 +200,16 @@ class Signals:
     async def start(self) -> None:
         if self._tasks or not (self._slo or self._engines or self._predicting):
             return
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(every(TICK_S, self._tick_now)))
+        loop, loops = asyncio.get_running_loop(), self._loops
+        self._tasks.append(loop.create_task(loops.every("signals tick", TICK_S, self._tick_now)))
         if self._predicting:
-            self._tasks.append(loop.create_task(every(PREFILL_SYNC_S, self.sync_prefill)))
+            sync = loops.every("prefill sync", PREFILL_SYNC_S, self.sync_prefill)
+            self._tasks.append(loop.create_task(sync))
         if self._engines:
-            self._tasks.append(loop.create_task(self._scrape_forever()))
+            self._client = httpx.AsyncClient()
+            every_s = min(signal.interval_s for signal in self._engines.values())
+            self._next_scrape = dict.fromkeys(self._engines, 0.0)
+            self._tasks.append(loop.create_task(loops.every("engine scrape", every_s, self._scrape_due)))
 
     async def sync_prefill(self) -> None:
         """Share this process's prefill measurements and refit from every replica's."""
@@ -212,16 +218,14 @@ class Signals:
     async def _tick_now(self) -> None:
         self.tick(time.monotonic())
 
-    async def _scrape_forever(self) -> None:
-        async with httpx.AsyncClient() as client:
-            next_at = dict.fromkeys(self._engines, 0.0)
-            while True:
-                now = time.monotonic()
-                due = [pool for pool, at in next_at.items() if at <= now]
-                await asyncio.gather(*(self.scrape(client, pool) for pool in due))
-                for pool in due:
-                    next_at[pool] = now + self._engines[pool].interval_s
-                await asyncio.sleep(max(0.0, min(next_at.values()) - time.monotonic()))
+    async def _scrape_due(self) -> None:
+        """Scrape the engines whose interval has passed."""
+        assert self._client is not None
+        now = time.monotonic()
+        due = [pool for pool, at in self._next_scrape.items() if at <= now]
+        await asyncio.gather(*(self.scrape(self._client, pool) for pool in due))
+        for pool in due:
+            self._next_scrape[pool] = now + self._engines[pool].interval_s
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -230,3 +234,6 @@ class Signals:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -40,7 +40,7 @@ from policies.types import Snapshot, route_key
 from router.config import GatewayConfig, KeepWarmConfig, ModelConfig, ServerlessEndpoint
 from router.economics.cost import token_cost_usd
 from router.errors import StoreUnavailable, UpstreamFailure
-from router.periodic import every, stop
+from router.periodic import Loops, stop
 from router.request.upstream import Upstream
 from router.state.latency import Counts
 
@@ -137,7 +137,10 @@ class KeepWarm:
         upstream: Upstream,
         snapshot: Callable[[], Snapshot],
         leader_ttl_s: float,
+        *,
+        loops: Loops | None = None,
     ) -> None:
+        self._loops = loops or Loops()
         self._routes = [
             _Route(name, model, e, e.keep_warm, e.keep_warm.interval_s)
             for name, model in config.models.items()
@@ -178,7 +181,9 @@ class KeepWarm:
     def start(self) -> None:
         if self._routes:
             self._task = asyncio.get_running_loop().create_task(
-                every(self._tick_s, self.tick, self._stop, survives=(StoreUnavailable,))
+                self._loops.every(
+                    "keep-warm", self._tick_s, self.tick, self._stop, survives=(StoreUnavailable,)
+                )
             )
 
     async def close(self) -> None:

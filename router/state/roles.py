@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from policies.types import Snapshot
+from router.periodic import Loops
 from router.state.latency import Counts, Histogram, Metric
 from router.state.quota import QuotaAnswer, QuotaAsk
 from router.state.slots import Lease, Slots
@@ -160,6 +161,10 @@ class Spend(Protocol):
         """Add `usd` to the shared `ledger` (kept `ttl_s` after its first spend) if it stays
         within `cap_usd`: True, spent; False, nothing added. Atomic across every process."""
 
+    async def settle_spend(self, ledger: str, delta_usd: float) -> None:
+        """Add `delta_usd` (negative: a reservation larger than what was spent) to a ledger
+        that still exists; one that expired stays gone."""
+
 
 class Tasks(Samples, Protocol):
     """Tasks and feedback (router/record/tasks.py); atomic per task across every process."""
@@ -186,6 +191,7 @@ class Lifecycle(Protocol):
     name: str
     degraded: bool  # True while shared state is unreachable and decisions are local
     fallback_admissions: int  # slots granted locally because the shared store was unreachable
+    loops: Loops  # its background loops' heartbeats (router/periodic.py)
 
     async def start(self) -> None:
         """Begin background work (refresh, renewal); called once by the app's lifespan."""

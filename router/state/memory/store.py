@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 
 from policies.types import Snapshot
-from router.periodic import every
+from router.periodic import Loops
 from router.state.memory.control import MemoryControl
 from router.state.memory.leases import MemoryLeases
 from router.state.memory.series import MemorySeries
@@ -33,7 +33,9 @@ class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks, Memory
         window_s: float = 60.0,
         retention_s: float = 3600.0,
         max_tasks: int = 200_000,
+        loops: Loops | None = None,
     ) -> None:
+        self.loops = loops or Loops()
         MemoryLeases.__init__(self)
         MemorySeries.__init__(self, routes, window_s, retention_s)
         MemoryControl.__init__(self)
@@ -57,7 +59,9 @@ class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks, Memory
 
     async def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(every(_REFRESH_S, self.refresh))
+            self._task = asyncio.get_running_loop().create_task(
+                self.loops.every("store refresh", _REFRESH_S, self.refresh)
+            )
 
     async def ping(self) -> bool:
         return True

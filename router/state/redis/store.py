@@ -22,13 +22,14 @@ import contextlib
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
-from router.periodic import every
+from router.periodic import Loops
 from router.state.latency import CountBook, LatencyBook
 from router.state.memory.leases import MemoryLeases
 from router.state.rankings import diverging, probe_order
@@ -39,7 +40,8 @@ from router.state.redis.keys import Keys
 from router.state.redis.leases import RedisLeases
 from router.state.redis.parts import log
 from router.state.redis.quotas import RedisQuotas
-from router.state.redis.series import RedisSeries, as_mapping
+from router.state.redis.readings import Readings
+from router.state.redis.series import RedisSeries
 from router.state.redis.tasks import RedisTasks
 from router.state.roles import StoreUnreachableAtStart
 
@@ -76,7 +78,9 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
         prefix: str = "tidegate",
         cluster: bool = False,
         start_degraded: bool = False,
+        loops: Loops | None = None,
     ) -> None:
+        self.loops = loops or Loops()
         self._url = redacted(url)
         try:
             target = target_of(url, cluster=cluster)
@@ -98,6 +102,7 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
         self.fallback_admissions = 0
         self._held, self._broken, self._released = {}, set(), {}
         self._book, self._counts = LatencyBook(), CountBook()
+        self._readings = Readings()
         self._snapshot = Snapshot(now=0.0)
         self._tasks: list[asyncio.Task[None]] = []
         self._cleanups = set()
@@ -134,32 +139,32 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
             self.degraded = False
 
     async def _refresh(self) -> None:
-        keys = self._keys
+        keys, shared, read = self._keys, self._snapshot, self._readings
         head = [("HGETALL", keys.canary_percent), ("HGETALL", keys.rankings), ("HGETALL", keys.parity)]
         answers = await self._batch.call_all([*head, *self.count_commands(), *self.circuit_commands()])
         pools_end = len(head) + len(self._pools)
         pools = self.pool_counts(answers[len(head) : pools_end])  # a pool's own error breaks that pool only
-        error = next(
-            (a for a in answers[: len(head)] + answers[pools_end:] if isinstance(a, BaseException)), None
-        )
-        if error is not None:
-            raise error if isinstance(error, RedisError) else RedisError(str(error))
+        canary = read.mapping("canary percents", answers[0], float, shared.canary_percent)
+        rankings = read.mapping("probe rankings", answers[1], probe_order, shared.probe_order)
+        parity = read.mapping("parity verdicts", answers[2], diverging, shared.parity_diverges)
         now = time.monotonic()
-        circuits = {
-            route: now + int(left_ms) / 1000
-            for route, (left_ms,) in zip(self._routes, answers[pools_end:], strict=True)
-            if left_ms is not None
+        circuits = {}
+        for route, answer in zip(self._routes, answers[pools_end:], strict=True):
+            left_ms = read.value(f"the circuit of {route}", answer, _left_ms)
+            if left_ms is not None:
+                circuits[route] = now + left_ms / 1000
+        counts = {
+            pool: n for pool, answer in pools.items() if (n := read.value(f"pool {pool}", answer, _counts))
         }
-        canary, rankings, parity = (as_mapping(a) for a in answers[: len(head)])
         self._snapshot = replace(
-            self._snapshot,
-            in_flight={pool: int(n[0]) for pool, n in pools.items()},
-            waiting={pool: int(n[1]) for pool, n in pools.items()},
-            pending_prompt_tokens={pool: int(n[2]) for pool, n in pools.items()},
-            canary_percent={k.decode(): float(v) for k, v in canary.items()},
+            shared,
+            in_flight={pool: n[0] for pool, n in counts.items()},
+            waiting={pool: n[1] for pool, n in counts.items()},
+            pending_prompt_tokens={pool: n[2] for pool, n in counts.items()},
+            canary_percent=canary,
             circuit_open=circuits,
-            probe_order={k.decode(): probe_order(v) for k, v in rankings.items()},
-            parity_diverges={k.decode(): diverging(v) for k, v in parity.items()},
+            probe_order=rankings,
+            parity_diverges=parity,
         )
 
     async def ping(self) -> bool:
@@ -192,12 +197,12 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
         survives = (RedisError, StoreUnavailable)  # Redis away: log, keep trying
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(every(interval, step, self._stopping, survives=survives))
-            for interval, step in (
-                (self._refresh_s, self.refresh),
-                (self._ttl_ms / 3000, self.renew),
-                (self._flush_s, self.flush),
-                (1.0, self.refresh_latency),
+            loop.create_task(self.loops.every(name, interval, step, self._stopping, survives=survives))
+            for name, interval, step in (
+                ("store refresh", self._refresh_s, self.refresh),
+                ("lease renewal", self._ttl_ms / 3000, self.renew),
+                ("sample flush", self._flush_s, self.flush),
+                ("latency refresh", 1.0, self.refresh_latency),
             )
         ]
 
@@ -220,3 +225,13 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
 
 def _only(counts: Mapping[str, int], pools: set[str]) -> dict[str, int]:
     return {pool: counts.get(pool, 0) for pool in pools}
+
+
+def _left_ms(answer: Any) -> int | None:
+    """A circuit's reply: the milliseconds its cooldown has left (None: closed)."""
+    (left,) = answer
+    return None if left is None else int(left)
+
+
+def _counts(answer: Any) -> tuple[int, int, int]:
+    return int(answer[0]), int(answer[1]), int(answer[2])
