@@ -28,6 +28,7 @@ from router.http.auth import ApiKeys, KeyDigests
 from router.http.feedback import feedback_route
 from router.http.handlers import install_error_handlers
 from router.http.in_flight import InFlightLimit
+from router.periodic import Loops
 from router.record.records import Recorder
 from router.record.tasks import TaskLedger
 from router.record.telemetry import Telemetry, default_providers
@@ -61,13 +62,18 @@ def build_policies(config: GatewayConfig) -> Mapping[str, Policy]:
     return policies
 
 
-def store_for(config: GatewayConfig) -> StateStore:
+def store_for(config: GatewayConfig, loops: Loops | None = None) -> StateStore:
     """The store the config asks for: Redis when `state.redis_url` is set, else in-memory."""
     state = config.state
     routes = config.route_keys()
+    loops = loops or Loops()
     if not state.redis_url:
         return MemoryStore(
-            routes, window_s=state.window_s, retention_s=state.retention_s, max_tasks=config.tasks.max_tracked
+            routes,
+            window_s=state.window_s,
+            retention_s=state.retention_s,
+            max_tasks=config.tasks.max_tracked,
+            loops=loops,
         )
     pools = [d.name for model in config.models.values() for d in model.dedicated]
     return RedisStore(
@@ -80,6 +86,7 @@ def store_for(config: GatewayConfig) -> StateStore:
         fallback_share=state.fallback_share,
         cluster=state.redis_cluster,
         start_degraded=state.start_degraded,
+        loops=loops,
     )
 
 
@@ -101,6 +108,7 @@ class Parts:
     shadow: Shadow
     dispatcher: Dispatcher
     keys: ApiKeys
+    quota: Quota
 
     def background(self) -> tuple[Service, ...]:
         """What runs beside the requests, in start order (closed in reverse)."""
@@ -119,7 +127,8 @@ def build_parts(
     upstream = Upstream([*endpoints, *candidates], transport)
     telemetry = telemetry or Telemetry(*default_providers())
     recorder = recorder or Recorder(sinks=[telemetry])
-    signals = Signals(config, store)
+    loops = store.loops  # one set of heartbeats: the store's loops and every part's
+    signals = Signals(config, store, loops)
     telemetry.watch(signals.snapshot, store)
     early = EarlyBound(config.tasks.max_early_feedback, config.tasks.early_feedback_s)
     ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled, early=early)
@@ -146,12 +155,13 @@ def build_parts(
         recorder,
         signals,
         ledger,
-        EconomicsGauges(config, store, telemetry.economics),
-        CanaryController(config, store, signals.snapshot, telemetry.registry),
-        KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s),
+        EconomicsGauges(config, store, telemetry.economics, loops),
+        CanaryController(config, store, signals.snapshot, telemetry.registry, loops=loops),
+        KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s, loops=loops),
         shadow,
         dispatcher,
-        ApiKeys(config.auth, store),
+        ApiKeys(config.auth, store, loops=loops),
+        quota,
     )
 
 
@@ -183,6 +193,7 @@ def create_app(
         ("ledger", parts.ledger),
         ("canary", parts.controller),
         ("keep_warm", parts.keep_warm),
+        ("keys", parts.keys),
     ):
         setattr(app.state, name, value)
     _routes(app, parts)
@@ -223,7 +234,7 @@ def _lifespan(parts: Parts) -> Callable[[FastAPI], AbstractAsyncContextManager[N
 def _routes(app: GatewayApp, parts: Parts) -> None:
     config = parts.config
     for path in proxy.PROXIED_PATHS:
-        endpoint = proxy.proxied_endpoint(path, parts.dispatcher, parts.keys, config.limits)
+        endpoint = proxy.proxied_endpoint(path, parts.dispatcher, parts.keys, parts.quota, config.limits)
         app.lean["/v1" + path] = endpoint
         app.router.routes.append(Route("/v1" + path, endpoint, methods=["POST"]))  # other methods: 405
     app.router.routes.extend(routes.models_routes(config, parts.keys))

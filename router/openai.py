@@ -1,10 +1,13 @@
 """Peek at an OpenAI request body without modelling it, and rewrite what must change.
 
-The hot path parses the JSON once (orjson), reads `model`, `stream`, `user` and whether the
-client asked for stream usage, and later serialises the same dict with the upstream's model
-id. No schema validation of whole chat requests: the upstream does that and its error is
-relayed to the client. The few fields the gateway itself relies on, or that would make an
-upstream burn capacity for nothing (an absurd output-token limit), are checked here.
+The hot path scans the JSON once (msgspec): the top level is split into its fields, each kept
+as the client's own bytes; only the few small fields routing reads are parsed (`model`,
+`stream`, `user`, `stream_options`, the token limits, `n`, the answer format). What goes
+upstream is the same fields verbatim with the upstream's model id (`UpstreamBody`), so a body
+costs its size in memory, never the 25x of its values parsed into objects (issue 35). No schema
+validation of whole chat requests: the upstream does that and its error is relayed to the
+client. The few fields the gateway itself relies on, or that would make an upstream burn
+capacity for nothing (an absurd output-token limit), are checked here.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import msgspec
 import orjson
 
 from router.errors import InvalidRequest
@@ -38,10 +42,21 @@ PATHS: Mapping[str, ApiPath] = MappingProxyType(
 
 
 @dataclass(frozen=True, slots=True)
-class RequestPeek:
-    """What routing needs from a request body; `payload` is the parsed body (not copied)."""
+class AnswerFormat:
+    """The answer format a request asks for, as the success checks read it: JSON (`json_object`
+    or `json_schema`), with the schema's JSON text when it gave one that fits the bound the
+    gateway checks answers against (`schema_skipped` when it gave a larger one)."""
 
-    payload: dict[str, Any]
+    schema: bytes | None = None
+    schema_skipped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPeek:
+    """What routing, admission and the success checks need from a request body. The body itself
+    is not kept parsed: `body` is what goes upstream (router/openai.py UpstreamBody)."""
+
+    body: UpstreamBody
     model: str
     stream: bool
     user: str | None
@@ -49,10 +64,52 @@ class RequestPeek:
     sequences: int = 1  # what the engine generates at once: max(n, best_of)
     prompt_tokens: int = 1  # a fast estimate (body bytes / 4) for predicted-TTFT admission
     caps_output: bool = False  # the client set max_tokens / max_completion_tokens / max_output_tokens
+    output_limit: int | None = None  # that limit, when set
+    answer_format: AnswerFormat | None = None  # the client asked for a JSON answer
+    tools: bool = False  # the client offered tools (their calls' arguments are checked)
+
+    @property
+    def wants_checks(self) -> bool:
+        """Whether an answer's text must be gathered for the JSON checks."""
+        return self.tools or self.answer_format is not None
 
 
 BYTES_PER_TOKEN = 4  # an English-text rule of thumb; the prefill model learns in these units
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+MAX_SCHEMA_BYTES = 65536  # a larger response_format schema is not checked (docs/security.md)
+_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ENCODE = msgspec.json.Encoder()
+
+
+class UpstreamBody:
+    """The client's body as it goes upstream: its top-level fields as the client wrote them
+    (verbatim bytes, never parsed into objects), `model` first with the upstream's id. One
+    encoding is held at a time; another upstream id is a copy with only the `model` prefix
+    changed, which replaces it (the attempt that sent the old one keeps its own reference). So a
+    request holds one copy of its body, two while a hedge races (docs/security.md)."""
+
+    __slots__ = ("_body", "_prefix")
+
+    def __init__(self, fields: dict[str, msgspec.Raw], model: str) -> None:
+        name = _ENCODE.encode(model)
+        self._prefix = b'{"model":' + name
+        # one pass: the model first, then the client's other fields verbatim, in its order
+        self._body = _ENCODE.encode({"model": msgspec.Raw(name), **fields})
+
+    def __len__(self) -> int:
+        return len(self._body)
+
+    def for_model(self, model: str) -> bytes:
+        """The body with `model` as its model id."""
+        prefix = b'{"model":' + _ENCODE.encode(model)
+        if prefix != self._prefix:
+            self._body = b"".join((prefix, memoryview(self._body)[len(self._prefix) :]))
+            self._prefix = prefix
+        return self._body
+
+    def fields(self) -> dict[str, msgspec.Raw]:
+        """The top-level fields again (a scan of the body, no values parsed)."""
+        return _FIELDS.decode(self._body)
 
 
 def json_object(body: bytes, what: str = "request body") -> dict[str, Any]:
@@ -66,37 +123,119 @@ def json_object(body: bytes, what: str = "request body") -> dict[str, Any]:
     return payload
 
 
-def peek(body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8) -> RequestPeek:
-    """Parse a JSON request body; raise InvalidRequest for anything routing cannot use."""
-    payload = json_object(body)
-    model = payload.get("model")
+def peek(
+    body: bytes, max_output_tokens: int = 1 << 20, max_n: int = 8, *, ask_usage: bool = False
+) -> RequestPeek:
+    """Read a JSON request body's top level without parsing its values (messages, tools and
+    every field routing does not read stay bytes); raise InvalidRequest for anything routing
+    cannot use. `ask_usage`: a stream asks its upstream for usage (chat and completions)."""
+    fields = _top_level(body)
+    model = _value(fields, "model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("you must provide a model parameter", param="model")
-    stream = payload.get("stream", False)
+    stream = _value(fields, "stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
-    user = payload.get("user")
+    user = _value(fields, "user")
     if user is not None and not isinstance(user, str):
         raise InvalidRequest("'user' must be a string", param="user")
-    options = payload.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
-    _check_token_limits(payload, max_output_tokens)
-    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    options = _object(fields, "stream_options")
+    limits = [_bounded(fields, name, max_output_tokens) for name in _TOKEN_LIMITS]
+    sequences = max(
+        _bounded(fields, "n", max_n, "limits.max_n") or 1,
+        _bounded(fields, "best_of", max_n, "limits.max_n") or 1,
+    )
+    wants_usage = options is not None and _value(options, "include_usage") is True
+    if ask_usage and stream and not wants_usage:
+        merged = dict(options or {})
+        merged["include_usage"] = msgspec.Raw(b"true")
+        fields["stream_options"] = msgspec.Raw(_ENCODE.encode(merged))
+    del fields["model"]
     return RequestPeek(
-        payload=payload,
+        body=UpstreamBody(fields, model),
         model=model,
         stream=bool(stream),
-        user=user if isinstance(user, str) else None,
+        user=user,
         wants_usage=wants_usage,
-        # `n` / `best_of`: one engine sequence each, so one request may hold several slots
-        sequences=max(
-            _bounded(payload, "n", max_n, "limits.max_n") or 1,
-            _bounded(payload, "best_of", max_n, "limits.max_n") or 1,
-        ),
+        sequences=sequences,
         prompt_tokens=max(1, len(body) // BYTES_PER_TOKEN),
-        caps_output=any(payload.get(name) is not None for name in _TOKEN_LIMITS),
+        caps_output=any(limit is not None for limit in limits),
+        output_limit=next((limit for limit in limits if limit is not None), None),
+        answer_format=_answer_format(fields),
+        tools=_nonempty_array(fields.get("tools")),
     )
+
+
+def _top_level(body: bytes) -> dict[str, msgspec.Raw]:
+    try:
+        return _FIELDS.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest("request body must be a JSON object") from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("request body is nested too deeply to be read") from exc
+
+
+def _value(fields: Mapping[str, msgspec.Raw], name: str) -> Any:
+    """One top-level field parsed (None when absent). Called only for the few small fields the
+    gateway reads; 400 naming the field when it is not valid JSON."""
+    raw = fields.get(name)
+    if raw is None:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InvalidRequest(f"'{name}' could not be read: {exc}", param=name) from exc
+
+
+def _object(fields: Mapping[str, msgspec.Raw], name: str, param: str = "") -> dict[str, msgspec.Raw] | None:
+    """A field that must be an object, its own fields unparsed (None when absent or null)."""
+    raw = fields.get(name)
+    if raw is None or bytes(raw) == b"null":
+        return None
+    try:
+        return _FIELDS.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InvalidRequest(f"'{param or name}' must be an object", param=param or name) from exc
+
+
+def _answer_format(fields: Mapping[str, msgspec.Raw]) -> AnswerFormat | None:
+    """Chat's `response_format` or the Responses API's `text.format`, when it asks for JSON.
+    Malformed formats are the upstream's to refuse: here they ask for nothing."""
+    try:
+        fmt = _object(fields, "response_format")
+        if fmt is None:
+            text = _object(fields, "text")
+            fmt = _object(text, "format") if text is not None else None
+        kind = _value(fmt, "type") if fmt is not None else None
+    except InvalidRequest:
+        return None
+    if kind == "json_object":
+        return AnswerFormat()
+    return _with_schema(fmt) if kind == "json_schema" and fmt is not None else None
+
+
+def _with_schema(fmt: Mapping[str, msgspec.Raw]) -> AnswerFormat:
+    """A `json_schema` format with its schema, unless that is over `MAX_SCHEMA_BYTES`. Chat
+    nests the schema under `json_schema`, the Responses API does not."""
+    try:
+        spec = _object(fmt, "json_schema") if "json_schema" in fmt else fmt
+    except InvalidRequest:
+        return AnswerFormat()
+    schema = spec.get("schema") if spec is not None else None
+    if schema is None:
+        return AnswerFormat()
+    if len(schema) > MAX_SCHEMA_BYTES:
+        return AnswerFormat(schema_skipped=True)
+    return AnswerFormat(bytes(schema))
+
+
+def _nonempty_array(raw: msgspec.Raw | None) -> bool:
+    if raw is None:
+        return False
+    text = bytes(raw)
+    return text[:1] == b"[" and text[1:].lstrip()[:1] != b"]"
 
 
 def response_format(payload: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -127,14 +266,9 @@ def output_limit(payload: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _check_token_limits(payload: dict[str, Any], ceiling: int) -> None:
-    for name in _TOKEN_LIMITS:
-        _bounded(payload, name, ceiling)
-
-
-def _bounded(payload: dict[str, Any], name: str, ceiling: int, limit: str = "") -> int | None:
-    """`payload[name]` if absent (None) or an integer from 1 to `ceiling`; else 400."""
-    value = payload.get(name)
+def _bounded(fields: Mapping[str, msgspec.Raw], name: str, ceiling: int, limit: str = "") -> int | None:
+    """The field if absent (None) or an integer from 1 to `ceiling`; else 400."""
+    value = _value(fields, name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
@@ -161,19 +295,3 @@ def model_renamer(upstream: str, requested: str) -> Callable[[bytes], bytes] | N
         return data
 
     return rename
-
-
-def upstream_body(request: RequestPeek, upstream_model: str, *, ask_usage: bool) -> bytes:
-    """The body to send upstream: the client's, with the model id rewritten and, for a
-    chat/completions stream, usage requested so token counts are known."""
-    payload = dict(request.payload)
-    payload["model"] = upstream_model
-    if ask_usage and request.stream and not request.wants_usage:
-        options = payload.get("stream_options")
-        merged = dict(options) if isinstance(options, dict) else {}
-        merged["include_usage"] = True
-        payload["stream_options"] = merged
-    try:
-        return orjson.dumps(payload)
-    except orjson.JSONEncodeError as exc:  # e.g. nested deeper than the encoder allows
-        raise InvalidRequest(f"request body cannot be forwarded: {exc}") from exc

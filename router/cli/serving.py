@@ -18,7 +18,7 @@ from starlette.types import ASGIApp
 
 from router.cli import heap
 from router.config import GatewayConfig, LimitsConfig
-from router.http.connection import guarded_protocol
+from router.http.connection import Callers, guarded_protocol
 from router.openai import PATHS
 
 LOG_FORMAT = "%(message)s"
@@ -66,11 +66,15 @@ class Served:
     drain_s: int = 30
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     forwarded_allow_ips: tuple[str, ...] = ()
+    callers: Callers | None = None  # the app's client keys, for the connections' fair shares
 
 
 def serving_of(app: ASGIApp, sock: socket.socket, config: GatewayConfig) -> Served:
-    """The gateway `app` on `sock` as its config says: drain, limits, trusted proxies."""
-    return Served(app, sock, config.limits.drain_s, config.limits, config.server.forwarded_allow_ips)
+    """The gateway `app` on `sock` as its config says: drain, limits, trusted proxies, and its
+    client keys for the connection layer's fair shares."""
+    callers = getattr(getattr(app, "state", None), "keys", None)
+    limits, trusted = config.limits, config.server.forwarded_allow_ips
+    return Served(app, sock, limits.drain_s, limits, trusted, callers)
 
 
 def server_config(served: Served, log_level: str = "warning", loop: str = "uvloop") -> uvicorn.Config:
@@ -80,7 +84,7 @@ def server_config(served: Served, log_level: str = "warning", loop: str = "uvloo
     return uvicorn.Config(
         served.app,
         loop=loop,
-        http=guarded_protocol(served.limits, LARGE_BODY_PATHS),
+        http=guarded_protocol(served.limits, LARGE_BODY_PATHS, served.callers, served.forwarded_allow_ips),
         proxy_headers=bool(served.forwarded_allow_ips),
         forwarded_allow_ips=list(served.forwarded_allow_ips) or None,
         lifespan="on",

@@ -3,6 +3,7 @@ its keys, its limits, and how long tasks are tracked."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
@@ -22,6 +23,17 @@ class ServerConfig(Frozen):
     address is the socket's)."""
 
     forwarded_allow_ips: tuple[str, ...] = ()
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _addresses(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
+            if entry != "*":
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(f"{entry!r} is not an IP address, a CIDR or *") from None
+        return entries
 
 
 class StateConfig(Frozen):
@@ -75,6 +87,9 @@ class AuthConfig(Frozen):
         return self
 
 
+CONNECTION_BYTES = 16 * 1024  # what an open connection costs besides its head (measured: docs/security.md)
+
+
 class LimitsConfig(Frozen):
     """Every resource a client or an upstream can grow, bounded per process.
     docs/security.md says what the client gets when each is hit."""
@@ -89,6 +104,9 @@ class LimitsConfig(Frozen):
     discard_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
     max_discard_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
     max_output_tokens: Annotated[int, Field(gt=0)] = 1 << 20  # a larger max_tokens is refused (400)
+    # a request without a token limit reserves this many output tokens against its key's tpm
+    # and budgets (docs/tenants.md); the answer's real usage settles it
+    reserved_output_tokens: Annotated[int, Field(gt=0)] = 4096
     max_n: Annotated[int, Field(ge=1, le=128)] = 8  # `n` / `best_of` above: 400
     drain_s: Annotated[int, Field(ge=1)] = 30  # on SIGTERM, in-flight requests get this long (s)
     max_in_flight: Annotated[int, Field(ge=1)] = 1024  # /v1 requests at once; more: 503 + Retry-After
@@ -97,6 +115,11 @@ class LimitsConfig(Frozen):
     header_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # connect/idle -> end of headers; else 408
     body_timeout_s: Annotated[float, Field(gt=0)] = 60.0  # headers -> end of body; else 408
     keep_alive_s: Annotated[float, Field(gt=0)] = 90.0  # idle keep-alive; above clients' and LBs' own
+    # idle keep-alive of a connection whose last request had no valid key
+    keyless_keep_alive_s: Annotated[float, Field(gt=0)] = 5.0
+    # one key, or one address without a key, holds at most this share of the body budget and of
+    # the connections (a trusted proxy's connections are not one address's); past it: 429
+    max_share_per_caller: Annotated[float, Field(gt=0, le=1)] = 0.25
     request_timeout_s: Annotated[float, Field(gt=0)] = 600.0  # the whole request, retries included: 504
     client_write_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # a client not reading this long: cut
     max_response_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024  # an upstream body above: 502
@@ -104,16 +127,24 @@ class LimitsConfig(Frozen):
 
     @model_validator(mode="after")
     def _one_body_fits(self) -> LimitsConfig:
-        if self.max_body_bytes > self.max_body_bytes_in_flight:
+        # a request holds its body twice (as read, and as sent upstream: router/http/shares.py)
+        share = int(self.max_share_per_caller * self.max_body_bytes_in_flight)
+        if 2 * self.max_body_bytes > share:
             raise ValueError(
-                "max_body_bytes must not exceed max_body_bytes_in_flight (no such body could be read)"
+                f"a request holds its body twice, and 2 x max_body_bytes ({2 * self.max_body_bytes}) must "
+                "fit one caller's share of the body budget (max_share_per_caller x max_body_bytes_in_flight"
+                f" = {share}): raise max_body_bytes_in_flight or max_share_per_caller, or lower it"
             )
         return self
 
     def worst_case_bytes(self) -> int:
-        """What clients can make one process hold at most: every body in flight, plus the
-        request head of every open connection (a body nobody reads is dropped, not kept)."""
-        return self.max_body_bytes_in_flight + self.max_connections * self.max_header_bytes
+        """What clients can make one process hold at most: the body budget (which counts every
+        copy of a body the gateway holds: router/http/shares.py), plus the request head and
+        the bookkeeping of every open connection (a body nobody reads is dropped, not kept),
+        plus one body parsed at a time on the event loop (only its top level: router/openai.py).
+        docs/security.md gives the measured figure behind `CONNECTION_BYTES`."""
+        per_connection = self.max_header_bytes + CONNECTION_BYTES
+        return self.max_body_bytes_in_flight + self.max_connections * per_connection
 
 
 class TasksConfig(Frozen):

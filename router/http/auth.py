@@ -25,7 +25,7 @@ from starlette.requests import Request
 
 from router.config import AuthConfig, KeyConfig
 from router.errors import StoreUnavailable, Unauthorized
-from router.periodic import every, stop
+from router.periodic import Loops, stop
 
 log = logging.getLogger("tidegate")
 
@@ -97,12 +97,21 @@ class ApiKeys:
     reads from the store every `refresh_s`. With none at all, every client is let in as
     `anonymous` (the config allows that only with `auth.allow_anonymous`)."""
 
-    def __init__(self, auth: AuthConfig, store: MadeKeys | None = None, refresh_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        auth: AuthConfig,
+        store: MadeKeys | None = None,
+        refresh_s: float = 0.5,
+        loops: Loops | None = None,
+    ) -> None:
+        self._loops = loops or Loops()
         self._plain_digests = tuple(_digest(k) for k in auth.api_keys)
+        self._plain_set = frozenset(self._plain_digests)
         self._configured = {_secret_digest(k): _Entry(k) for k in auth.keys}
         self._made: dict[bytes, _Entry] = {}
         self._revoked: frozenset[str] = frozenset()
         self._open = not (auth.api_keys or auth.keys)  # the config allows that only with allow_anonymous
+        self.anyone = self._open  # every connection is a client's (router/http/connection.py)
         self._store, self._refresh_s = store, refresh_s
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -128,6 +137,31 @@ class ApiKeys:
         if expires is not None and expires.timestamp() <= time.time():
             raise Unauthorized(f"This API key expired at {expires.isoformat()}.")
         return Caller(entry.key.name, entry.key)
+
+    def caller_of(self, authorization: bytes) -> str | None:
+        """The caller a raw Authorization header's valid key names (None: no valid key), for
+        the connection layer's fair shares before the app runs (router/http/shares.py). A
+        lookup by the token's digest: what it takes says nothing of any key's secret."""
+        scheme, _, token = authorization.partition(b" ")
+        token = token.strip()
+        if scheme.lower() != b"bearer" or not token:
+            return None
+        digest = hashlib.sha256(token).digest()
+        if digest in self._plain_set:
+            return "key-" + digest.hex()[:12]
+        entry = self._configured.get(digest) or self._made.get(digest)
+        if entry is None or not self._valid(entry):
+            return None
+        return entry.key.name
+
+    def _valid(self, entry: _Entry) -> bool:
+        if entry.key.name in self._revoked:
+            return False
+        now = time.time()
+        if entry.until is not None and entry.until <= now:
+            return False
+        expires = entry.key.expires_at
+        return expires is None or expires.timestamp() > now
 
     def _named(self, digest: bytes) -> _Entry | None:
         known = matching(digest, itertools.chain(self._configured, self._made))
@@ -162,7 +196,10 @@ class ApiKeys:
         keys last read stay in force."""
         if self._task is None and self._store is not None:
             self._stop = asyncio.Event()
-            loop = every(self._refresh_s, self.refresh, self._stop, survives=(StoreUnavailable,))
+            survives = (StoreUnavailable,)
+            loop = self._loops.every(
+                "client keys refresh", self._refresh_s, self.refresh, self._stop, survives=survives
+            )
             self._task = asyncio.get_running_loop().create_task(loop)
 
     async def close(self) -> None:

@@ -1,31 +1,39 @@
 """Connection-level bounds, below HTTP routing and auth: uvicorn's httptools protocol with
 every limit a client can push on before any handler runs.
 
-Per connection: at most `max_connections` open (503), a request head (request line and
-headers) of at most `max_header_bytes` (431) that arrives within `header_timeout_s` (408).
+Per connection: at most `max_connections` open, a request head (request line and headers) of
+at most `max_header_bytes` (431) that arrives within `header_timeout_s` (408) of the
+connection, or of a later request's first byte. At `max_connections` the oldest idle
+connection (keep-alive, or never spoke) is closed for the newcomer; only with none idle is the
+newcomer refused (503). A connection whose last request had no valid key keeps alive only
+`keyless_keep_alive_s`.
 
 Per request body, on every path, authenticated or not, before the app sees the request:
 - a cap by path: `max_body_bytes` on the proxied `/v1` paths, `max_control_body_bytes` on
   every other path (admin API, feedback, health, unknown paths); a declared Content-Length
   over it is 413 at once, a chunked body is cut when it passes it;
-- a process-wide budget, `max_body_bytes_in_flight`: a request holds its declared length
-  (a chunked one, what has arrived) from its head until its response is complete; a head
-  that does not fit is 503 `server_overloaded` with Retry-After, before any byte is read;
+- a process-wide budget, `max_body_bytes_in_flight`: a request holds twice its declared length
+  (a chunked one, what has arrived: the body, then the copy sent upstream) from its head until
+  its response is complete; a head that does not fit is 503 `server_overloaded` with
+  Retry-After, before any byte is read;
+- fair shares (router/http/shares.py): one key, or one address without a key, holds at most
+  `max_share_per_caller` of that budget (else 429) and of the connections (its own oldest
+  idle connection is closed first; else 429);
 - a deadline, `body_timeout_s` from the end of the head to the end of the body: 408.
 
 A refused request's body is never buffered: once a response is out (the gateway's own
 refusal, or the app answering before the body ended: a 401, a 404), what remains of the
 body is read and dropped, for at most `discard_timeout_s` and `max_discard_bytes`, then
 the connection closes. Clients that write the whole body before they read (openai-node,
-curl) then read the answer instead of a reset.
+curl) then read the answer instead of a reset. Every answer written here carries a request id
+(`x-request-id`, `x-tidegate-request-id`), as the app's do.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from http import HTTPStatus
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -38,88 +46,144 @@ from router.errors import (
     InvalidRequest,
     Overloaded,
     PayloadTooLarge,
+    RateLimited,
+)
+from router.http.heads import BodyState, raw_error
+from router.http.shares import (
+    BODY_COPIES,
+    Shares,
+    TrustedProxies,
+    close_longest_idle,
+    forwarded_client,
+    key_holder,
+    open_count,
+    peer_holder,
+    refusal_of,
 )
 
 
-class BodyBudget:
-    """Bytes of request bodies held by this process's requests in flight, at most `limit`.
-    One event loop: no lock needed."""
+class Callers(Protocol):
+    anyone: bool  # the gateway lets anyone in (no keys): every connection is a client's
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-
-    def take(self, size: int) -> bool:
-        if self.held + size > self.limit:
-            return False
-        self.held += size
-        return True
-
-    def give(self, size: int) -> None:
-        self.held -= size
+    def caller_of(self, authorization: bytes) -> str | None:
+        """The caller an Authorization header's valid key names; None for no valid key."""
 
 
-def raw_error(error: GatewayError) -> bytes:
-    """`error` as a whole HTTP/1.1 response that closes the connection (below ASGI)."""
-    body = error.body()
-    head = [b"HTTP/1.1 %d %s" % (error.status_code, HTTPStatus(error.status_code).phrase.encode())]
-    head.append(b"content-type: application/json")
-    if error.retry_after_s is not None:
-        head.append(f"retry-after: {error.retry_after_s:g}".encode())
-    head += [b"content-length: %d" % len(body), b"connection: close"]
-    return b"\r\n".join(head) + b"\r\n\r\n" + body
+class _NoCallers:
+    anyone = True
+
+    def caller_of(self, authorization: bytes) -> str | None:
+        return None
 
 
-class _Refused(httptools.HttpParserError):
-    """Raised from a parser callback to stop parsing a request we refused."""
-
-
-def guarded_protocol(limits: LimitsConfig, large_body_paths: frozenset[str]) -> type[HttpToolsProtocol]:
+def guarded_protocol(
+    limits: LimitsConfig,
+    large_body_paths: frozenset[str],
+    callers: Callers | None = None,
+    forwarded_allow_ips: tuple[str, ...] = (),
+) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with the limits bound in. `large_body_paths` take
-    `max_body_bytes`; every other path `max_control_body_bytes`. One body budget per call
-    (a process serves one gateway)."""
-    budget = BodyBudget(limits.max_body_bytes_in_flight)
-    namespace = {"limits": limits, "large_body_paths": large_body_paths, "budget": budget}
+    `max_body_bytes`; every other path `max_control_body_bytes`. `callers` names the key a
+    request's bearer token is (None: every request is its peer's); `forwarded_allow_ips` are the
+    proxies whose connections carry many clients. One set of shares per call (a process serves
+    one gateway)."""
+    namespace = {
+        "limits": limits,
+        "large_body_paths": large_body_paths,
+        "shares": Shares(limits),
+        "callers": callers or _NoCallers(),
+        "trusted": TrustedProxies(forwarded_allow_ips),
+    }
     return type("GuardedHttpToolsProtocol", (GuardedProtocol,), namespace)
 
 
 class GuardedProtocol(HttpToolsProtocol):
-    """See the module docstring. The head is timed from the connection, or from the first byte
-    of a later request on it, to its end (idle keep-alive time is uvicorn's
-    `timeout_keep_alive`); the body from the end of the head to its end."""
+    """See the module docstring. The first head is timed from the connection, a later one from
+    its first byte (idle keep-alive time is uvicorn's `timeout_keep_alive`, set per connection
+    here), each to its end; the body from the end of the head to its end."""
 
     limits: ClassVar[LimitsConfig]
     large_body_paths: ClassVar[frozenset[str]]
-    budget: ClassVar[BodyBudget]
+    shares: ClassVar[Shares]
+    callers: ClassVar[Callers]
+    trusted: ClassVar[TrustedProxies]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_bytes = 0  # raw bytes received since the head began
         self._head_size = 0  # the parsed request line and headers
         self._in_head = True
+        self._heads = 0  # heads begun on this connection (the first is timed from the connection)
         self._refused = False  # a refusal of ours went out: nothing more is answered here
         self._timer: asyncio.TimerHandle | None = None
-        self._body = _BodyState()
-        self._holding: dict[RequestResponseCycle, int] = {}  # budget bytes held, per request
+        self._body = BodyState()
+        self._holding: dict[RequestResponseCycle, tuple[str, int]] = {}  # per request: holder, bytes
+        self.holder: str | None = None  # whose share this connection counts in (None: a trusted proxy's)
+        self.idle_since: float | None = None  # between requests (or before the first): may be closed
+        self._keyed = False  # the last request had a valid key
+        self.closing = False  # closed to make room for another: not counted any more
 
     # --- connection ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
-        if len(self.connections) > self.limits.max_connections:
-            limit = self.limits.max_connections
-            self._refuse(Overloaded(f"the gateway has {limit} connections open (limits.max_connections)"))
+        self.idle_since = self.loop.time()
+        peer = self.client[0] if self.client else None
+        holder = None if peer in self.trusted else peer_holder(peer)
+        refusal = self._room_for(holder)
+        if refusal is not None:
+            self._refuse(refusal)
             return
+        self._count_in(holder)
         self._arm(self.limits.header_timeout_s, self._head_timed_out)
+
+    def _room_for(self, holder: str | None) -> GatewayError | None:
+        """Room for one more connection of `holder`: an idle one is closed to make it (the
+        holder's own when it is at its share, else anyone's at the process's cap)."""
+        limits, shares = self.limits, self.shares
+        if holder is not None and shares.at_connection_share(holder) and not self._close_idle(holder):
+            return RateLimited(
+                f"this client holds {shares.connections_of(holder)} connections, its share "
+                "(limits.max_share_per_caller of limits.max_connections)"
+            )
+        if open_count(
+            self.connections, limits.max_connections
+        ) > limits.max_connections and not self._close_idle(None):
+            return Overloaded(
+                f"the gateway has {limits.max_connections} connections open (limits.max_connections)"
+            )
+        return None
+
+    def _close_idle(self, holder: str | None) -> bool:
+        """Close the longest-idle connection (of `holder`, when given) other than this one."""
+        return close_longest_idle(self.connections, holder, self)
+
+    def close_for_room(self) -> None:
+        """Closed to make room for another connection: no longer counted."""
+        self._count_out()
+        self.closing = True
+        self._close()
+
+    def _count_in(self, holder: str | None) -> None:
+        self.holder = holder
+        if holder is not None:
+            self.shares.join(holder)
+
+    def _count_out(self) -> None:
+        if self.holder is not None:
+            self.shares.leave(self.holder)
+            self.holder = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        for size in self._holding.values():
-            self.budget.give(size)
+        self._count_out()
+        for holder, size in self._holding.values():
+            self.shares.give_body(holder, size)
         self._holding.clear()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self.idle_since = None
         if self._in_head:
             self._head_bytes += len(data)
         super().data_received(data)
@@ -135,8 +199,10 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_size = 0  # each request's head is counted on its own
-        self._body = _BodyState()
-        self._arm(self.limits.header_timeout_s, self._head_timed_out)  # idle keep-alive is not timed here
+        self._body = BodyState()
+        self._heads += 1
+        if self._heads > 1:  # the first head's deadline runs from the connection
+            self._arm(self.limits.header_timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
         self._head_size += len(url)
@@ -153,7 +219,8 @@ class GuardedProtocol(HttpToolsProtocol):
             raise _Refused  # stops the parser; the app never sees this request
         self._in_head = False
         self._disarm()
-        refusal = self._body_refusal()
+        holder = self._request_holder()
+        refusal = self._body_refusal(holder)
         if refusal is not None:
             self._answer_and_discard(refusal)
             return  # no ASGI cycle: the app never sees this request
@@ -161,9 +228,25 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._body.expected:
             self._arm(self.limits.body_timeout_s, self._body_timed_out)
         if self._body.declared:
-            self._holding[self.cycle] = self._body.declared
+            self._holding[self.cycle] = (holder, BODY_COPIES * self._body.declared)
 
-    def _body_refusal(self) -> GatewayError | None:
+    def _request_holder(self) -> str:
+        """Whose share this request counts in: its key's, else its peer's (the client a trusted
+        proxy names). A keyed request moves its connection into its key's count."""
+        body = self._body
+        caller = self.callers.caller_of(body.authorization) if body.authorization else None
+        self._keyed = caller is not None or self.callers.anyone
+        if caller is not None:
+            holder = key_holder(caller)
+            if self.holder is not None and self.holder != holder:
+                self._count_out()
+                self._count_in(holder)
+            return holder
+        if self.holder is None and body.forwarded_for:  # a trusted proxy's client
+            return peer_holder(forwarded_client(body.forwarded_for))
+        return self.holder or peer_holder(self.client[0] if self.client else None)
+
+    def _body_refusal(self, holder: str) -> GatewayError | None:
         body = self._body
         if body.invalid:
             return InvalidRequest("invalid Content-Length header")
@@ -174,8 +257,11 @@ class GuardedProtocol(HttpToolsProtocol):
             body.cap, body.cap_key = self.limits.max_control_body_bytes, "limits.max_control_body_bytes"
         if body.declared > body.cap:
             return PayloadTooLarge(f"request body of {body.declared} bytes {body.over_cap()}")
-        if body.declared and not self.budget.take(body.declared):
-            return _budget_spent(self.limits)
+        over = self.holder is not None and self.shares.over_connection_share(self.holder)
+        if over and not self._close_idle(self.holder):  # a key's own idle connection goes first
+            return RateLimited("this key holds its share of the connections (limits.max_share_per_caller)")
+        if body.declared:
+            return refusal_of(self.shares.take_body(holder, BODY_COPIES * body.declared), self.limits)
         return None
 
     # --- the body -----------------------------------------------------------------------
@@ -199,10 +285,12 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _hold_more(self, size: int) -> bool:
         """A chunked body holds budget as it arrives; False when it was cut for that."""
-        if not self.budget.take(size):
-            self._cut(_budget_spent(self.limits))
+        holder, held = self._holding.get(self.cycle, (self._request_holder(), 0))
+        refusal = refusal_of(self.shares.take_body(holder, BODY_COPIES * size), self.limits)
+        if refusal is not None:
+            self._cut(refusal)
             return False
-        self._holding[self.cycle] = self._holding.get(self.cycle, 0) + size
+        self._holding[self.cycle] = (holder, held + BODY_COPIES * size)
         return True
 
     def on_message_complete(self) -> None:
@@ -215,13 +303,18 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         for cycle in [c for c in self._holding if c.response_complete]:
-            self.budget.give(self._holding.pop(cycle))
+            holder, size = self._holding.pop(cycle)
+            self.shares.give_body(holder, size)
         body, cycle = self._body, self.cycle
         if cycle is not None and cycle.response_complete and body.expected and not body.complete:
             self._discard_rest()  # answered before its body ended: what is left is dropped
             return
+        limits = self.limits
+        # uvicorn's own attribute (typed int, used as call_later's delay): keyless clients idle briefly
+        self.timeout_keep_alive = limits.keep_alive_s if self._keyed else limits.keyless_keep_alive_s  # type: ignore[assignment]
         super().on_response_complete()
         self._in_head, self._head_bytes = True, 0  # what comes next is the next request's head
+        self.idle_since = self.loop.time()
 
     # --- refusals -----------------------------------------------------------------------
 
@@ -303,41 +396,5 @@ class GuardedProtocol(HttpToolsProtocol):
             self._timer = None
 
 
-class _BodyState:
-    """One request's body as its head declared it and as it arrives."""
-
-    __slots__ = ("cap", "cap_key", "chunked", "complete", "declared", "discarding", "invalid", "received")
-
-    def __init__(self) -> None:
-        self.declared = 0  # Content-Length (0: none)
-        self.chunked = False
-        self.invalid = False
-        self.cap = 0
-        self.cap_key = ""
-        self.received = 0
-        self.complete = False
-        self.discarding = False
-
-    def read_header(self, name: bytes, value: bytes) -> None:
-        if name == b"content-length":
-            text = value.strip()
-            if not text.isdigit() or (self.declared and int(text) != self.declared):
-                self.invalid = True
-            else:
-                self.declared = int(text)
-        elif name == b"transfer-encoding" and b"chunked" in value.lower():
-            self.chunked = True
-
-    def over_cap(self) -> str:
-        return f"exceeds the limit of {self.cap} bytes ({self.cap_key})"
-
-    @property
-    def expected(self) -> bool:
-        return self.declared > 0 or self.chunked
-
-
-def _budget_spent(limits: LimitsConfig) -> Overloaded:
-    return Overloaded(
-        "the gateway is reading too many request bodies at once "
-        f"(limits.max_body_bytes_in_flight, {limits.max_body_bytes_in_flight} bytes)"
-    )
+class _Refused(httptools.HttpParserError):
+    """Raised from a parser callback to stop parsing a request we refused."""

@@ -27,7 +27,8 @@ from router.http.disconnect import unless_client_leaves
 from router.openai import PATHS
 from router.request.dispatch import Dispatcher
 from router.request.job import Client
-from router.request.reply import Reply
+from router.request.quota import Quota
+from router.request.reply import Reply, new_request_id
 
 PROXIED_PATHS = tuple(PATHS)
 log = logging.getLogger("tidegate")
@@ -124,12 +125,13 @@ class BodyResponse(_CleanupAfterSend):
         self._write_timeout_s = write_timeout_s
 
 
-Endpoint = Callable[[Request], Awaitable[Response]]
+Endpoint = Callable[[Request, str], Awaitable[Response]]
 
 
 class LeanApi:
     """POSTs to the proxied paths go to their endpoints here; everything else (and every other
-    method on those paths, for FastAPI's 405) to `app`. A GatewayError becomes its OpenAI
+    method on those paths, for FastAPI's 405) to `app`. Each proxied request gets its request
+    id first, so every answer carries it, refusals too. A GatewayError becomes its OpenAI
     error; anything else is logged and answered as a 500 `api_error`."""
 
     def __init__(self, app: ASGIApp, endpoints: Mapping[str, Endpoint]) -> None:
@@ -142,30 +144,44 @@ class LeanApi:
             await self._app(scope, receive, send)
             return
         request = Request(scope, receive, send)
+        request_id = new_request_id()
         try:
-            response = await endpoint(request)
+            response = await endpoint(request, request_id)
         except GatewayError as exc:
-            response = error_response(exc)
+            response = error_response(exc, request_id)
         except Exception:
             log.exception("unhandled error on POST %s", scope["path"])
-            response = error_response(GatewayError(INTERNAL_ERROR_MESSAGE))
+            response = error_response(GatewayError(INTERNAL_ERROR_MESSAGE), request_id)
         await response(scope, receive, send)
 
 
-def proxied_endpoint(path: str, dispatcher: Dispatcher, keys: ApiKeys, limits: LimitsConfig) -> Endpoint:
-    async def endpoint(request: Request) -> Response:
+def proxied_endpoint(
+    path: str, dispatcher: Dispatcher, keys: ApiKeys, quota: Quota, limits: LimitsConfig
+) -> Endpoint:
+    async def endpoint(request: Request, request_id: str) -> Response:
         received_at = time.monotonic()
         caller = keys.check(request)
+        # a named key's rate limits and budgets, before a byte of the body is read or parsed
+        grant = await quota.admit(caller.key, declared_length(request), request_id)
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
         peer = request.scope.get("client")
         client = Client(peer[0] if peer else None, caller.name, caller.key)
-        work = dispatcher.dispatch(path, body, request.scope["headers"], received_at, client)
+        work = dispatcher.dispatch(
+            path, body, request.scope["headers"], received_at, client, request_id=request_id, grant=grant
+        )
+        del body  # the dispatcher drops it once peeked: the request holds one copy (docs/security.md)
         reply = await unless_client_leaves(request.receive, work)
         if reply is None:  # the client is gone: nobody to answer
             return Response(status_code=499)
         return await respond(reply, limits.client_write_timeout_s)
 
     return endpoint
+
+
+def declared_length(request: Request) -> int:
+    """The body's declared length (0 for a chunked body or none)."""
+    declared = request.headers.get("content-length", "")
+    return int(declared) if declared.isdigit() else 0
 
 
 async def respond(reply: Reply, write_timeout_s: float) -> Response:

@@ -15,9 +15,8 @@ import httpx
 from policies.types import route_key
 from router.config import DedicatedEndpoint, Endpoint, GatewayConfig, ResponseModel
 from router.errors import NoCapacity, UpstreamFailure
-from router.openai import PATHS, model_renamer, upstream_body
+from router.openai import PATHS, model_renamer
 from router.record.records import Attempt
-from router.record.success import wants_checks
 from router.record.telemetry import Telemetry, trace_headers
 from router.request.bookkeeping import Books, end_span
 from router.request.breaker import Breakers
@@ -201,7 +200,7 @@ class Attempter:
             max_event_bytes=self._limits.max_event_bytes,
             rename=self._renamers[(facts.request.model, target.name)],
             collect_bytes=checks.max_checked_bytes
-            if (checks.check_json and wants_checks(facts.request.payload)) or facts.mirrored
+            if (checks.check_json and facts.request.wants_checks) or facts.mirrored
             else 0,
             responses=facts.path == "/responses",
         )
@@ -255,11 +254,5 @@ class Attempter:
             await self._store.release(lease)
 
     def body_for(self, job: Job, target: Endpoint) -> bytes:
-        """The upstream body for `target`, encoded once per upstream model id."""
-        body = job.bodies.get(target.model)
-        if body is None:
-            ask_usage = PATHS[job.facts.path].done_terminated
-            body = job.bodies[target.model] = upstream_body(
-                job.facts.request, target.model, ask_usage=ask_usage
-            )
-        return body
+        """The upstream body for `target` (router/openai.py UpstreamBody)."""
+        return job.facts.request.body.for_model(target.model)

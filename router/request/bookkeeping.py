@@ -87,7 +87,7 @@ class Books:
             shape.take_choices(
                 parsed.get("choices"), job.facts.config.success.max_checked_bytes, collect=True
             )
-        failed_check = judge(shape, job.facts.config.success, job.facts.request.payload)
+        failed_check = judge(shape, job.facts.config.success, job.facts.request)
         measures = Measures(
             None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms, failed_check=failed_check
         )
@@ -106,7 +106,7 @@ class Books:
             error = "client_gone"
         failed_check = None
         if error is None:
-            failed_check = judge(result.shape, job.facts.config.success, job.facts.request.payload)
+            failed_check = judge(result.shape, job.facts.config.success, job.facts.request)
         ttft = (result.first_token_at - job.facts.received_at) * 1000 if result.first_token_at else None
         itl = self._observe_stream(job, target, result, served=error is None)
         estimated = usage.output_tokens is None
@@ -154,8 +154,7 @@ class Books:
         if key is not None and self._quota is not None:
             self._quota.count(key, ok=ok, usd=cost)
         if job.grant is not None and self._quota is not None:
-            used = (measures.input_tokens or 0) + (measures.output_tokens or 0)
-            self._quota.settle_later(job.grant, used or job.grant.ask.tokens, cost)
+            self._quota.settle_later(job.grant, _used_tokens(job, status, measures), cost)
         if self._recording:
             self._count(job, target, status, measures, outcome, ok=ok, cost=cost)
             if target is not None and status < 400:  # the traffic shape's token distributions
@@ -373,3 +372,14 @@ def end_span(span: Span | None, error: str | None) -> None:
         span.set_attribute(ERROR_TYPE, error)
         span.set_status(StatusCode.ERROR, error)
     span.end()
+
+
+def _used_tokens(job: Job, status: int, measures: Measures) -> int:
+    """What a request's key is charged in tokens: its usage when known; nothing for a request
+    that failed without an answer; else (an answer without usage) what it reserved."""
+    if measures.input_tokens is not None or measures.output_tokens is not None:
+        return (measures.input_tokens or 0) + (measures.output_tokens or 0)
+    if status >= 400:
+        return 0
+    assert job.grant is not None
+    return job.grant.ask.tokens

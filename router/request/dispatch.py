@@ -33,7 +33,7 @@ from router.errors import (
     UpstreamFailure,
     UpstreamStatus,
 )
-from router.openai import RequestPeek, peek
+from router.openai import PATHS, RequestPeek, peek
 from router.record.records import Attempt, Hedge, Measures, Outcome
 from router.record.tasks import valid_task_id
 from router.record.telemetry import Telemetry
@@ -45,7 +45,7 @@ from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
 from router.request.mirror import mirrored
 from router.request.priority import batch_targets, batch_wait_s
-from router.request.quota import Quota
+from router.request.quota import Grant, Quota, worst_case
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
 from router.request.upstream import Upstream
 from router.request.walk import Walk, tidegate_headers
@@ -97,13 +97,22 @@ class Dispatcher:
         headers: Sequence[tuple[bytes, bytes]],
         received_at: float,
         client: Client = NO_CLIENT,
+        *,
+        request_id: str | None = None,
+        grant: Grant | None = None,
     ) -> Reply:
         """Serve one OpenAI request body for `path` (relative to /v1). Raises ClientError
         for a request the gateway itself rejects; every other outcome is a Reply, recorded,
-        with every slot it took given back (or handed to the Reply's `on_close`)."""
-        job = self._job(path, body, headers, received_at, client)
-        if self._quota is not None:  # a named key's limits and budgets, before any upstream
-            job.grant = await self._quota.admit(client.key, job.facts.request, job.facts.request_id)
+        with every slot it took given back (or handed to the Reply's `on_close`). `grant`:
+        what the request's key counted before its body was read (router/request/quota.py)."""
+        job = self._job(path, body, headers, received_at, client, request_id=request_id or new_request_id())
+        del body  # from here the request holds only what it sends upstream (docs/security.md)
+        if self._quota is not None:  # a named key's reservation, before any upstream
+            limits, request = self._limits, job.facts.request
+            worst = worst_case(
+                request, job.facts.config, limits.reserved_output_tokens, limits.request_timeout_s
+            )
+            job.grant = await self._quota.reserve(client.key, grant, worst)
         job.span = self._telemetry.start_request(path, job.facts.request.model, headers)
         deadline = job.facts.deadline
         model = job.facts.request.model
@@ -135,16 +144,18 @@ class Dispatcher:
         headers: Sequence[tuple[bytes, bytes]],
         received_at: float,
         client: Client,
+        *,
+        request_id: str,
     ) -> Job:
         """The request as the policy decided it: its facts fixed, its walk ready, its span
         started. ClientError for a request the gateway itself rejects."""
         limits = self._limits
-        request = peek(body, limits.max_output_tokens, limits.max_n)
+        ask_usage = path in PATHS and PATHS[path].done_terminated
+        request = peek(body, limits.max_output_tokens, limits.max_n, ask_usage=ask_usage)
         config = self._config.models.get(request.model)
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
         key = _stickiness(request, headers)
-        request_id = new_request_id()
         predicted = config.routing.admission is Admission.PREDICTED_TTFT
         context = RequestContext(request.model, request.stream, key, request.prompt_tokens)
         snapshot = self._signals.snapshot()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Span
@@ -71,16 +71,15 @@ class Job:
     backoff_ms: float = 0.0  # slept between attempts (not the gateway's overhead)
     budget_denied: bool = False  # a retry was wanted and the model's budget said no
     overhead_ms: float | None = None
-    bodies: dict[str, bytes] = field(default_factory=dict)  # upstream model id -> encoded body
     sent: asyncio.Event | None = None  # set when an attempt's request goes out (hedged models only)
     deferred_ms: float = 0.0  # a hedge attempt's: how long after arrival it started
     hedge: Hedge | None = None  # the request hedged: who won, what the loser cost
     grant: Grant | None = None  # what it took from its key's limits (router/request/quota.py)
 
     def hedge_to(self, walk: Walk[Endpoint]) -> Job:
-        """The hedge attempt's own job: the same facts and bodies, its own walk and timings."""
+        """The hedge attempt's own job: the same facts (and body), its own walk and timings."""
         started = ms_since(self.facts.received_at)
-        return Job(self.facts, walk, span=self.span, bodies=self.bodies, deferred_ms=started)
+        return Job(self.facts, walk, span=self.span, deferred_ms=started)
 
 
 def ms_since(since: float) -> float:

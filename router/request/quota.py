@@ -1,18 +1,25 @@
 """A named key's limits and budgets, before any upstream is called (docs/tenants.md).
 
-`admit` refuses a model outside the key's `models` (403 permission_denied), a key at its
-`rpm` or `tpm` (429 rate_limit_exceeded, Retry-After until the window has room), a request
-larger than its `tpm` (429), and a key whose `max_usd_per_day` or `max_usd_per_month` is
-spent (429 insufficient_quota, `x-should-retry: false`). The figures go out as OpenAI's
-headers on every answer of a limited key:
+Two steps, both before an upstream is called (router/state/quota.py states the rules):
+- `count`, before the body is read (so a refused request costs no parse): a key at its `rpm`,
+  whose `tpm` window has no room for the prompt, or whose `max_usd_per_day` /
+  `max_usd_per_month` is spent (counting what its requests in flight reserved) is refused;
+- `reserve`, once the body is peeked: a model outside the key's `models` is 403
+  permission_denied; the request's worst case (prompt plus its token limit, or
+  `limits.reserved_output_tokens`, times `n`) is reserved against the tpm window, and its
+  worst-case cost (at the dearest of the model's serverless prices) against the budgets; a
+  reservation that does not fit is 429 (tpm) or insufficient_quota.
+
+Refusals: 429 rate_limit_exceeded with Retry-After until the window has room, `too_large` for
+a request larger than the tpm, insufficient_quota with `x-should-retry: false` for a budget.
+The figures go out as OpenAI's headers on every answer of a limited key:
 
     x-ratelimit-limit-requests, x-ratelimit-remaining-requests, x-ratelimit-reset-requests
     x-ratelimit-limit-tokens,   x-ratelimit-remaining-tokens,   x-ratelimit-reset-tokens
 
-The store counts across replicas (router/state/quota.py); a store that cannot be reached
-refuses the limited key's request (503): a limit that cannot be counted is not enforced by
-guessing. `settle` replaces the prompt estimate with the tokens the answer used and adds its
-cost to the key's day and month.
+The store counts across replicas; a store that cannot be reached refuses the limited key's
+request (503): a limit that cannot be counted is not enforced by guessing. `settle` replaces
+the reservation with the tokens the answer used and what it cost.
 """
 
 from __future__ import annotations
@@ -20,16 +27,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from router.config import KeyConfig
+from router.config import KeyConfig, ModelConfig
+from router.economics.cost import token_cost_usd
 from router.errors import InsufficientQuota, PermissionDenied, RateLimited, StoreUnavailable
-from router.openai import RequestPeek
-from router.state.quota import QuotaAnswer, QuotaAsk
+from router.openai import BYTES_PER_TOKEN, RequestPeek
+from router.state.quota import QuotaAnswer, QuotaAsk, Step
 
 log = logging.getLogger("tidegate")
 
@@ -38,6 +46,27 @@ class QuotaStore(Protocol):
     async def take_quota(self, ask: QuotaAsk) -> QuotaAnswer: ...
 
     async def settle_quota(self, ask: QuotaAsk, tokens: int, usd: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Worst:
+    """A request's worst case, for its key's reservation: its model, its tokens (prompt plus
+    output bound, times `n`), their cost at the dearest serverless price, and how long the
+    reservation may stand (the request's deadline, with room)."""
+
+    model: str
+    tokens: int
+    usd: float
+    hold_ms: int
+
+
+def worst_case(request: RequestPeek, config: ModelConfig, default_output: int, timeout_s: float) -> Worst:
+    output = (request.output_limit or default_output) * request.sequences
+    prices = [(e.usd_per_mtok_in, e.usd_per_mtok_out) for e in config.serverless]
+    usd = max(
+        (token_cost_usd(request.prompt_tokens, output, p_in, p_out) for p_in, p_out in prices), default=0.0
+    )
+    return Worst(request.model, request.prompt_tokens + output, usd, int(timeout_s * 2000))
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,21 +100,16 @@ class Quota:
             registry=registry,
         )
 
-    async def admit(self, key: KeyConfig | None, request: RequestPeek, request_id: str) -> Grant | None:
-        """The key's grant (None: a key without limits or budgets); a ClientError refuses."""
-        if key is None:
-            return None
-        if key.models is not None and request.model not in key.models:
-            raise PermissionDenied(
-                f"The key {key.name} may not use the model `{request.model}`.", param="model"
-            )
-        if not _limited(key):
+    async def admit(self, key: KeyConfig | None, body_bytes: int, request_id: str) -> Grant | None:
+        """The `count` step, before the body is read: the key's grant (None: a key without
+        limits or budgets); a ClientError refuses."""
+        if key is None or not _limited(key):
             return None
         now = datetime.now(UTC)
         ask = QuotaAsk(
             key.name,
             request_id,
-            request.prompt_tokens,
+            max(1, body_bytes // BYTES_PER_TOKEN),
             key.rpm,
             key.tpm,
             now.strftime("%Y-%m-%d"),
@@ -93,6 +117,28 @@ class Quota:
             key.max_usd_per_day,
             key.max_usd_per_month,
         )
+        answer = await self._take(key, ask)
+        return Grant(ask, ratelimit_headers(key, answer))
+
+    async def reserve(self, key: KeyConfig | None, grant: Grant | None, worst: Worst) -> Grant | None:
+        """The `reserve` step, once the body is peeked: the model is the key's to use, and the
+        request's worst case fits its tpm and budgets. The grant to settle (the count step's
+        when nothing is reserved)."""
+        if key is None:
+            return grant
+        if key.models is not None and worst.model not in key.models:
+            raise PermissionDenied(
+                f"The key {key.name} may not use the model `{worst.model}`.", param="model"
+            )
+        if grant is None or (
+            key.tpm is None and key.max_usd_per_day is None and key.max_usd_per_month is None
+        ):
+            return grant
+        ask = replace(grant.ask, step=Step.RESERVE, tokens=worst.tokens, usd=worst.usd, hold_ms=worst.hold_ms)
+        answer = await self._take(key, ask)
+        return Grant(ask, ratelimit_headers(key, answer))
+
+    async def _take(self, key: KeyConfig, ask: QuotaAsk) -> QuotaAnswer:
         try:
             answer = await self._store.take_quota(ask)
         except StoreUnavailable as exc:  # a limit that cannot be counted is not guessed
@@ -101,11 +147,10 @@ class Quota:
                 detail=exc.detail,
                 headers={"retry-after": "1"},
             ) from exc
-        headers = ratelimit_headers(key, answer)
         if answer.refused is not None:
             self.refusals.labels(key.name, answer.refused).inc()
-            raise _refusal(key, ask, answer, headers)
-        return Grant(ask, headers)
+            raise _refusal(key, ask, answer, ratelimit_headers(key, answer))
+        return answer
 
     def count(self, key: KeyConfig, *, ok: bool, usd: float) -> None:
         """A named key's request in Prometheus (labels only for keys that exist: bounded)."""
@@ -162,8 +207,14 @@ def _refusal(
             if answer.refused == "day_budget"
             else ("month", key.max_usd_per_month, answer.spent_month)
         )
+        held = (
+            f" (${answer.reserved_usd:.4f} more reserved by its requests in flight)"
+            if answer.reserved_usd
+            else ""
+        )
         return InsufficientQuota(
-            f"The key {key.name} has spent ${spent:.4f} of its ${cap:g} budget for this {period} (UTC).",
+            f"The key {key.name} has spent ${spent:.4f} of its ${cap:g} budget for this {period} (UTC){held}"
+            + (f"; this request could cost up to ${ask.usd:.4f}." if ask.step is Step.RESERVE else "."),
             headers=headers | {"x-should-retry": "false"},
         )
     if answer.refused == "requests":

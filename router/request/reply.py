@@ -17,6 +17,13 @@ def new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
 
 
+def request_id_headers(request_id: str | None = None) -> dict[str, str]:
+    """The request id as every answer carries it: `x-request-id` (what the OpenAI SDKs read as
+    `request_id`) and `x-tidegate-request-id`, the same value; a new one when none is given."""
+    found = request_id or new_request_id()
+    return {"x-request-id": found, REQUEST_ID_HEADER: found}
+
+
 @dataclass(slots=True)
 class Reply:
     """A finished answer for the HTTP layer: a body, or a stream plus its cleanup. The HTTP

@@ -11,8 +11,10 @@ Bounds, each a documented drop reason (`tidegate_shadow_total{endpoint,result}`)
   the store's acquire is FIFO and the shadow asks for a smaller pool);
 - `capped`: the day's `max_usd_per_day` is spent. The spend is counted in the store's ledger
   per model, endpoint and UTC day, across replicas and leader changes; each request reserves
-  its worst case (estimated prompt plus max_tokens) before it is sent, so the cap is never
-  passed;
+  its worst case before it is sent (its estimated prompt plus its output bound, times its `n`
+  or `best_of`: the output bound is the client's token limit, else `DEFAULT_OUTPUT_TOKENS`, and
+  the mirrored request is sent with that bound as its limit), then settles to what its answer
+  cost, so the cap is never passed;
 - `same_route`: the live answer came from the shadow endpoint itself.
 
 What a sent shadow request found: `agree`, `disagree`, `not_compared` (no rule, or nothing of
@@ -32,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
@@ -39,7 +42,7 @@ from policies.types import is_dedicated, route_key
 from router.config import Endpoint, GatewayConfig, ModelConfig, ServerlessEndpoint, ShadowConfig
 from router.economics.cost import token_cost_usd
 from router.errors import StoreUnavailable, UpstreamFailure
-from router.openai import output_limit
+from router.openai import RequestPeek
 from router.record.agreement import agrees
 from router.record.answer import Answer, from_shape, read_answer
 from router.record.success import AnswerShape, judge
@@ -57,6 +60,8 @@ _APIS = {"/chat/completions": "chat", "/responses": "responses"}
 class ShadowStore(Protocol):
     async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool: ...
 
+    async def settle_spend(self, ledger: str, delta_usd: float) -> None: ...
+
     async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None: ...
 
     async def release(self, lease: Lease) -> None: ...
@@ -73,8 +78,17 @@ class Twin:
     shadow: ShadowConfig
     target: Endpoint
     path: str
-    payload: dict[str, Any]
+    request: RequestPeek
     live: Answer
+
+    @property
+    def output_tokens(self) -> int:
+        """The output bound the shadow request reserves and is sent with."""
+        return self.request.output_limit or DEFAULT_OUTPUT_TOKENS
+
+    @property
+    def ledger(self) -> str:
+        return f"shadow:{route_key(self.model, self.target.name)}:{int(time.time() // _DAY_S)}"
 
 
 class Shadow:
@@ -112,7 +126,7 @@ class Shadow:
             self.results.labels(target.name, "busy").inc()
             return
         self._in_flight[model] = self._in_flight.get(model, 0) + 1
-        twin = Twin(model, config, shadow, target, facts.path, facts.request.payload, from_shape(shape))
+        twin = Twin(model, config, shadow, target, facts.path, facts.request, from_shape(shape))
         task = asyncio.get_running_loop().create_task(self._mirror(twin))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -120,8 +134,10 @@ class Shadow:
     async def _mirror(self, twin: Twin) -> None:
         target = twin.target
         lease: Lease | None = None
+        reserved: float | None = None
         try:
-            if not await self._reserve(twin):
+            reserved = await self._reserve(twin)
+            if reserved is None:
                 self.results.labels(target.name, "capped").inc()
                 return
             if is_dedicated(target):
@@ -129,7 +145,9 @@ class Shadow:
                 if lease is None:
                     self.results.labels(target.name, "no_free_slot").inc()
                     return
-            await self._send(twin)
+            spent = await self._send(twin)
+            await self._settle(twin, reserved, spent)
+            reserved = None
         except Exception as exc:  # the shadow never takes the loop down; its failure is counted
             log.warning("shadow request to %s failed: %r", target.name, exc)
             self.results.labels(target.name, "error").inc()
@@ -138,19 +156,30 @@ class Shadow:
             if lease is not None:
                 await self._store.release(lease)
 
-    async def _reserve(self, twin: Twin) -> bool:
-        """Reserve the request's worst-case spend in the day's shared ledger."""
+    async def _reserve(self, twin: Twin) -> float | None:
+        """Reserve the request's worst-case spend in the day's shared ledger: what was
+        reserved (0 for a dedicated pool, paid for by the hour), None when the cap says no."""
         target = twin.target
         if not isinstance(target, ServerlessEndpoint):
-            return True  # a dedicated pool is paid for by the hour
-        prompt = len(orjson.dumps(twin.payload)) // 4 + 8
-        output = output_limit(twin.payload) or DEFAULT_OUTPUT_TOKENS
-        usd = token_cost_usd(prompt, output, target.usd_per_mtok_in, target.usd_per_mtok_out)
-        ledger = f"shadow:{route_key(twin.model, target.name)}:{int(time.time() // _DAY_S)}"
+            return 0.0
+        request = twin.request
+        output = twin.output_tokens * request.sequences
+        usd = token_cost_usd(
+            request.prompt_tokens + 8, output, target.usd_per_mtok_in, target.usd_per_mtok_out
+        )
         try:
-            return await self._store.try_spend(ledger, usd, twin.shadow.max_usd_per_day, 2 * _DAY_S)
+            fits = await self._store.try_spend(twin.ledger, usd, twin.shadow.max_usd_per_day, 2 * _DAY_S)
         except StoreUnavailable:
-            return False  # no spend that cannot be counted
+            return None  # no spend that cannot be counted
+        return usd if fits else None
+
+    async def _settle(self, twin: Twin, reserved: float, spent: float) -> None:
+        """The ledger keeps what the answer cost, not the reservation."""
+        if reserved > 0 and spent != reserved:
+            try:
+                await self._store.settle_spend(twin.ledger, spent - reserved)
+            except StoreUnavailable as exc:  # the reservation stays: the cap errs on the safe side
+                log.warning("shadow spend of %s not settled: %s", twin.target.name, exc)
 
     async def _free_slot(self, twin: Twin) -> Lease | None:
         capacity = twin.target.max_concurrency or 0
@@ -159,13 +188,12 @@ class Shadow:
             return None
         return await self._store.try_acquire(twin.target.name, Slots(capacity=usable, max_waiters=0))
 
-    async def _send(self, twin: Twin) -> None:
+    async def _send(self, twin: Twin) -> float:
+        """Send the twin and count what it found; what its answer cost."""
         target = twin.target
-        body = {k: v for k, v in twin.payload.items() if k not in ("stream", "stream_options")}
-        body["model"] = target.model
         try:
             async with asyncio.timeout(twin.shadow.timeout_s):
-                response = await self._upstream.open(target, twin.path, orjson.dumps(body), ())
+                response = await self._upstream.open(target, twin.path, shadow_body(twin), ())
                 try:
                     raw = await response.aread()
                 finally:
@@ -173,12 +201,14 @@ class Shadow:
         except (UpstreamFailure, TimeoutError) as exc:
             self._count(twin, "error", usd=0.0)
             log.info("shadow request to %s got no answer: %s", target.name, exc)
-            return
+            return 0.0
         parsed, api = _parsed(raw), _APIS.get(twin.path)
         if parsed is None or api is None:
             self._count(twin, "error", usd=0.0)
-            return
-        self._count(twin, _result(twin, parsed, read_answer(api, parsed)), usd=_cost(target, parsed))
+            return 0.0
+        usd = _cost(target, parsed)
+        self._count(twin, _result(twin, parsed, read_answer(api, parsed)), usd=usd)
+        return usd
 
     def _count(self, twin: Twin, result: str, *, usd: float) -> None:
         self.results.labels(twin.target.name, result).inc()
@@ -210,12 +240,30 @@ def _result(twin: Twin, parsed: Mapping[str, Any], answer: Answer) -> str:
     shape.take_choices(parsed.get("choices"), config.success.max_checked_bytes, collect=True)
     if "choices" not in parsed:  # a Responses API answer: its finish as the checks know it
         shape.finish_reasons.append(answer.finish_reason or "stop")
-    if judge(shape, config.success, twin.payload) is not None:
+    if judge(shape, config.success, twin.request) is not None:
         return "failed_check"
     rules = twin.shadow.compare.rules()
     has_live = bool(live.text or live.tool_calls)
     agreed = agrees(rules, answer, [live]) if has_live else None
     return "not_compared" if agreed is None else "agree" if agreed else "disagree"
+
+
+def shadow_body(twin: Twin) -> bytes:
+    """The live request's body for the shadow endpoint: its model id, not streamed, and with
+    the output bound it reserved as its token limit (the client's own, when it set one)."""
+    fields = twin.request.body.fields()
+    for name in ("model", "stream", "stream_options"):
+        fields.pop(name, None)
+    if not twin.request.caps_output:
+        fields[_LIMIT_FIELD.get(twin.path, "max_tokens")] = msgspec.Raw(b"%d" % twin.output_tokens)
+    return (
+        b'{"model":'
+        + orjson.dumps(twin.target.model)
+        + (b"," + msgspec.json.encode(fields)[1:] if fields else b"}")
+    )
+
+
+_LIMIT_FIELD = {"/responses": "max_output_tokens"}
 
 
 def _parsed(raw: bytes) -> dict[str, Any] | None:

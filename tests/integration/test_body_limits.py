@@ -35,7 +35,7 @@ ANSWER = orjson.dumps(
 # bound (0.5 s here), far sooner; the tests allow 10 s, so a slow machine cannot fail them
 LIMITS = (
     "{body_timeout_s: 30, discard_timeout_s: 0.5, max_body_bytes: 1048576,"
-    " max_body_bytes_in_flight: 2097152, max_control_body_bytes: 4096}"
+    " max_body_bytes_in_flight: 4194304, max_control_body_bytes: 4096, max_share_per_caller: 1}"
 )
 
 
@@ -180,7 +180,7 @@ def keyed_chat(server: ThreadServer) -> Exchange:
 
 def test_bodies_in_flight_share_one_budget_and_a_head_that_does_not_fit_gets_503(gateway):
     holders = [Exchange(gateway) for _ in range(2)]
-    for holder in holders:  # 2 x 1 MiB declared, stalled: the whole 2 MiB budget
+    for holder in holders:  # 2 x 1 MiB declared (held twice), stalled: the whole 4 MiB budget
         holder.send(head("POST", "/v1/chat/completions", MiB, key=KEY) + b"{")
     deadline = time.monotonic() + 10
     while (refused := keyed_chat(gateway)).status() == 200 and time.monotonic() < deadline:

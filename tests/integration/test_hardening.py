@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -30,6 +31,7 @@ from tests.servers import (
     Sim,
     ThreadServer,
     free_port_iter,
+    http_response,
     wait_until,
 )
 
@@ -126,9 +128,7 @@ def nested(depth: int) -> str:
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        (f'"meta": {nested(255)}', None),
-        (f'"meta": {nested(300)}', None),
-        (f'"meta": {{"a": {nested(1000)}}}', None),
+        (f'"meta": {{"a": {nested(1000)}}}', None),  # past what the scanner reads: nothing to forward
         ('"n": 5000', "n"),
         ('"n": 9', "n"),
         ('"best_of": 5000', "best_of"),
@@ -154,6 +154,31 @@ def test_hostile_bodies_are_the_clients_400_and_take_no_slot(dedicated_sim, serv
         if param is not None:
             assert reply.json()["error"]["param"] == param
     assert after.headers["x-tidegate-route"] == "ded"  # the pool is not left saturated
+
+
+CHAT_ANSWER = orjson.dumps(
+    {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "d",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+)
+
+
+def test_fields_the_gateway_does_not_read_go_upstream_byte_for_byte():
+    """Deep nesting, odd numbers and escapes in a field routing never reads are the upstream's
+    to judge: forwarded exactly as written, with only `model` rewritten (and put first)."""
+    answer = http_response("200 OK", "content-type: application/json\r\n", CHAT_ANSWER)
+    meta = ('{"deep": ' + nested(300) + ', "big": 1e308, "odd": -0.0, "s": "caf\\u00e9"}').encode()
+    raw = b'{"model": "m", "messages": [], "meta": ' + meta + b"}"
+    with RawUpstream(answer) as upstream, ThreadServer(create_app(config(upstream.url, None))) as gw:
+        reply = httpx.post(gw.url + "/v1/chat/completions", content=raw, timeout=20)
+        sent = upstream.received[0].split(b"\r\n\r\n", 1)[1]
+    assert reply.status_code == 200, reply.text
+    assert sent == b'{"model":"d","messages":[],"meta":' + meta + b"}"
 
 
 def test_n_takes_n_slots_and_n_beyond_the_pool_spills(dedicated_sim, serverless_sims):
@@ -377,15 +402,33 @@ def test_requests_over_max_in_flight_get_503_with_retry_after():
     assert after.status_code == 200
 
 
-def test_connections_over_max_connections_are_refused_with_a_503():
-    with gateway_with("max_connections: 2") as (gw, _):
-        held = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(2)]
+def test_at_max_connections_an_idle_one_is_closed_for_the_newcomer():
+    with gateway_with("max_connections: 2, max_share_per_caller: 1") as (gw, _):
+        held = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(2)]
         try:
-            answer = _raw_exchange(gw.port, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            answer = _raw_exchange(gw.port, b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            wait_until(lambda: any(_closed_by_peer(conn) for conn in held), timeout=5)
+            closed = [conn for conn in held if _closed_by_peer(conn)]
         finally:
             for conn in held:
                 conn.close()
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert len(closed) == 1, "the longest idle connection made room; the other stays open"
+
+
+def test_at_max_connections_with_none_idle_the_newcomer_gets_a_503_with_a_request_id():
+    with gateway_with("max_connections: 2, max_share_per_caller: 1") as (gw, _):
+        busy = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(2)]
+        try:
+            for conn in busy:  # answered 404 before its body came: the rest is being dropped, not idle
+                conn.sendall(b"POST /nowhere HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{")
+                assert conn.recv(65536).startswith(b"HTTP/1.1 404")
+            answer = _raw_exchange(gw.port, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        finally:
+            for conn in busy:
+                conn.close()
     assert answer.startswith(b"HTTP/1.1 503")
+    assert b"x-request-id: req_" in answer and b"x-tidegate-request-id: req_" in answer
 
 
 def test_an_idle_keep_alive_connection_outlives_clients_idle_timeouts():
@@ -399,6 +442,19 @@ def test_an_idle_keep_alive_connection_outlives_clients_idle_timeouts():
         conn.sendall(request)
         second = _read_health(conn)
     assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200")
+
+
+def _closed_by_peer(conn: socket.socket) -> bool:
+    """Whether the gateway closed `conn` (its FIN arrived), without waiting."""
+    conn.setblocking(False)
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        conn.setblocking(True)
 
 
 def _read_health(conn: socket.socket) -> bytes:

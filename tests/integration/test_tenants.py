@@ -110,11 +110,11 @@ def test_a_spent_budget_is_refused_with_insufficient_quota_before_any_upstream(t
             json={"percent": 0},
             headers={"authorization": f"Bearer {ADMIN}"},
         )
+        not_allowed = ask(gw.url, THRIFTY, model="other")  # the model is read once the budget allows it
         assert ask(gw.url, THRIFTY).status_code == 200  # spends more than its budget: the next is refused
         wait_until(lambda: _spent(gw.root, "thrifty") > 0.000001, timeout=10, interval=0.1)
         before = sl.stats()["requests"] + ded.stats()["requests"]
         refused = ask(gw.url, THRIFTY)
-        not_allowed = ask(gw.url, THRIFTY, model="other")
         after = sl.stats()["requests"] + ded.stats()["requests"]
         client = openai.OpenAI(base_url=gw.url, api_key=THRIFTY)  # the SDK's own retries on
         with pytest.raises(openai.RateLimitError) as error:

@@ -86,3 +86,8 @@ class MemoryControl:
             return False
         self._spent[ledger] = (spent + usd, until)
         return True
+
+    async def settle_spend(self, ledger: str, delta_usd: float) -> None:
+        found = self._spent.get(ledger)
+        if found is not None and found[1] >= time.monotonic():
+            self._spent[ledger] = (max(0.0, found[0] + delta_usd), found[1])

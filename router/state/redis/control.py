@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 
 from router.state.rankings import diverging, probe_order
 from router.state.redis.parts import RedisParts
-from router.state.redis.scripts import CANARY_WRITE, CIRCUITS, LEAD, RESIGN, SPEND, TRIP
+from router.state.redis.scripts import CANARY_WRITE, CIRCUITS, LEAD, RESIGN, SETTLE_SPEND, SPEND, TRIP
 
 
 class RedisControl(RedisParts):
@@ -104,3 +104,7 @@ class RedisControl(RedisParts):
             )
             == 1
         )
+
+    async def settle_spend(self, ledger: str, delta_usd: float) -> None:
+        keys, args = [self._keys.spend(ledger)], [repr(delta_usd)]
+        await self._run(f"the spend of {ledger} could not be settled", SETTLE_SPEND, keys, args)

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.errors import StoreUnavailable
 from router.state.quota import WINDOW_S, QuotaAnswer, QuotaAsk
 from router.state.redis.parts import RedisParts
 from router.state.redis.scripts import NOW_MS, Script
 from router.state.redis.series import as_mapping
 
 # KEYS: requests log (zset member -> ms), tokens log (zset member -> ms), tokens by member
-# (hash), tokens sum, day spend, month spend. ARGV: member, tokens, rpm, tpm, day cap, month
-# cap (-1: none), window ms. Returns {refused ('' when admitted), requests, tokens, requests
-# reset ms, tokens reset ms, day spend, month spend}.
+# (hash), tokens sum, day spend, month spend, reservations (zset member -> until ms),
+# reserved usd by member (hash). ARGV: member, tokens, rpm, tpm, day cap, month cap (-1: none),
+# window ms, step ('count' or 'reserve'), usd, hold ms. The rules are router/state/quota.py's
+# `refusal`. Returns {refused ('' when admitted), requests, tokens, requests reset ms, tokens
+# reset ms, day spend, month spend, reserved usd}.
 _TAKE_LUA = (
     NOW_MS
     + """
@@ -23,6 +26,7 @@ local cutoff = now_ms - window
 local rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4])
 local day_cap, month_cap = tonumber(ARGV[5]), tonumber(ARGV[6])
 local n = tonumber(ARGV[2])
+local step, usd, hold = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
 local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff)
 if #old > 0 then
@@ -34,23 +38,33 @@ if #old > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', cutoff)
   redis.call('DECRBY', KEYS[4], gone)
 end
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now_ms)
+for _, m in ipairs(lapsed) do redis.call('HDEL', KEYS[8], m) end
+redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now_ms)
+local reserved = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[8])) do reserved = reserved + tonumber(v) end
 local requests = redis.call('ZCARD', KEYS[1])
 local tokens = tonumber(redis.call('GET', KEYS[4]) or '0')
 local day = tonumber(redis.call('GET', KEYS[5]) or '0')
 local month = tonumber(redis.call('GET', KEYS[6]) or '0')
 local refused = ''
-if day_cap >= 0 and day >= day_cap then refused = 'day_budget'
-elseif month_cap >= 0 and month >= month_cap then refused = 'month_budget'
-elseif rpm >= 0 and requests >= rpm then refused = 'requests'
+local function over(spent, cap)
+  if cap < 0 then return false end
+  if step == 'count' then return spent + reserved >= cap end
+  return spent + reserved + usd > cap and not (reserved <= 0 and spent < cap)
+end
+if over(day, day_cap) then refused = 'day_budget'
+elseif over(month, month_cap) then refused = 'month_budget'
+elseif step == 'count' and rpm >= 0 and requests >= rpm then refused = 'requests'
 elseif tpm >= 0 and n > tpm then refused = 'too_large'
 elseif tpm >= 0 and tokens + n > tpm then refused = 'tokens'
 end
-if refused == '' then
-  if rpm >= 0 then
-    redis.call('ZADD', KEYS[1], now_ms, ARGV[1])
-    redis.call('PEXPIRE', KEYS[1], 2 * window)
-    requests = requests + 1
-  end
+if refused == '' and step == 'count' and rpm >= 0 then
+  redis.call('ZADD', KEYS[1], now_ms, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], 2 * window)
+  requests = requests + 1
+end
+if refused == '' and step == 'reserve' then
   if tpm >= 0 then
     redis.call('ZADD', KEYS[2], now_ms, ARGV[1])
     redis.call('HSET', KEYS[3], ARGV[1], n)
@@ -58,24 +72,34 @@ if refused == '' then
     for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], 2 * window) end
     tokens = tokens + n
   end
+  if usd > 0 then
+    redis.call('ZADD', KEYS[7], now_ms + hold, ARGV[1])
+    redis.call('HSET', KEYS[8], ARGV[1], ARGV[9])
+    redis.call('PEXPIRE', KEYS[7], 2 * hold)
+    redis.call('PEXPIRE', KEYS[8], 2 * hold)
+  end
 end
 local function reset(key)
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #first == 0 then return 0 end
   return math.max(0, tonumber(first[2]) + window - now_ms)
 end
-return {refused, requests, tokens, reset(KEYS[1]), reset(KEYS[2]), tostring(day), tostring(month)}
+return {refused, requests, tokens, reset(KEYS[1]), reset(KEYS[2]), tostring(day), tostring(month),
+  tostring(reserved)}
 """
 )
 
-# KEYS: tokens by member (hash), tokens sum, day spend, month spend. ARGV: member, tokens,
-# usd, day ttl ms, month ttl ms. The estimate becomes the answer's tokens; the spend is added.
+# KEYS: tokens by member (hash), tokens sum, day spend, month spend, reservations (zset),
+# reserved usd by member (hash). ARGV: member, tokens, usd, day ttl ms, month ttl ms. The
+# estimate becomes the answer's tokens, the reservation goes, the spend is added.
 _SETTLE_LUA = """
 local before = redis.call('HGET', KEYS[1], ARGV[1])
 if before then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   redis.call('INCRBY', KEYS[2], tonumber(ARGV[2]) - tonumber(before))
 end
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[1])
 if tonumber(ARGV[3]) > 0 then
   redis.call('INCRBYFLOAT', KEYS[3], ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
@@ -100,8 +124,16 @@ class RedisQuotas(RedisParts):
         base = f"{self._keys.prefix}:q:{{{key}}}"
         return [f"{base}:usd:{day}", f"{base}:usd:{month}"]
 
+    def _reservation_keys(self, key: str) -> list[str]:
+        base = f"{self._keys.prefix}:q:{{{key}}}"
+        return [f"{base}:resz", f"{base}:resu"]
+
     async def take_quota(self, ask: QuotaAsk) -> QuotaAnswer:
-        keys = self._quota_keys(ask.key) + self._spend_keys(ask.key, ask.day, ask.month)
+        keys = [
+            *self._quota_keys(ask.key),
+            *self._spend_keys(ask.key, ask.day, ask.month),
+            *self._reservation_keys(ask.key),
+        ]
         args = [
             ask.member,
             ask.tokens,
@@ -110,21 +142,31 @@ class RedisQuotas(RedisParts):
             _or_none(ask.max_usd_per_day),
             _or_none(ask.max_usd_per_month),
             int(WINDOW_S * 1000),
+            ask.step.value,
+            repr(ask.usd),
+            ask.hold_ms,
         ]
         found = await self._run(f"the limits of {ask.key} could not be checked", TAKE, keys, args)
-        refused = _text(found[0])
-        return QuotaAnswer(
-            refused or None,
-            int(found[1]),
-            int(found[2]),
-            int(found[3]) / 1000,
-            int(found[4]) / 1000,
-            float(_text(found[5])),
-            float(_text(found[6])),
-        )
+        try:
+            return QuotaAnswer(
+                _text(found[0]) or None,
+                int(found[1]),
+                int(found[2]),
+                int(found[3]) / 1000,
+                int(found[4]) / 1000,
+                float(_text(found[5])),
+                float(_text(found[6])),
+                float(_text(found[7])),
+            )
+        except (TypeError, ValueError, IndexError) as exc:  # not what the script returns
+            raise StoreUnavailable(f"the limits of {ask.key}: an unreadable answer ({exc})") from exc
 
     async def settle_quota(self, ask: QuotaAsk, tokens: int, usd: float) -> None:
-        keys = self._quota_keys(ask.key)[2:] + self._spend_keys(ask.key, ask.day, ask.month)
+        keys = [
+            *self._quota_keys(ask.key)[2:],
+            *self._spend_keys(ask.key, ask.day, ask.month),
+            *self._reservation_keys(ask.key),
+        ]
         args = [ask.member, tokens, repr(usd), _DAY_MS, _MONTH_MS]
         await self._run(f"the usage of {ask.key} could not be settled", SETTLE, keys, args)
 

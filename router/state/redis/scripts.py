@@ -251,6 +251,17 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
+# KEYS: a spend ledger. ARGV: usd (may be negative). Adds it to a ledger that still exists
+# (its TTL unchanged), never below 0.
+_SETTLE_SPEND_LUA = """
+local spent = redis.call('GET', KEYS[1])
+if spent == false then return 0 end
+local left = tonumber(spent) + tonumber(ARGV[1])
+if left < 0 then left = 0 end
+redis.call('SET', KEYS[1], tostring(left), 'KEEPTTL')
+return 1
+"""
+
 # KEYS: the leader lease. ARGV: token, ttl_ms. Returns 1 when `token` leads (taken or renewed).
 _LEAD_LUA = """
 local holder = redis.call('GET', KEYS[1])
@@ -329,6 +340,7 @@ LINK_REQUEST = Script(_LINK_REQUEST_LUA)
 TASK_FEEDBACK = Script(_TASK_FEEDBACK_LUA)
 EARLY_MARK = Script(_EARLY_MARK_LUA)
 SPEND = Script(_SPEND_LUA)
+SETTLE_SPEND = Script(_SETTLE_SPEND_LUA)
 LEAD = Script(_LEAD_LUA)
 RESIGN = Script(_RESIGN_LUA)
 CANARY_WRITE = Script(_CANARY_WRITE_LUA)
