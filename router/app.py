@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
@@ -27,7 +28,7 @@ from router.http.admin import admin_router
 from router.http.auth import ApiKeys, KeyDigests
 from router.http.feedback import feedback_route
 from router.http.handlers import install_error_handlers
-from router.http.in_flight import InFlightLimit
+from router.http.in_flight import InFlightLimit, RequestIds
 from router.periodic import Loops
 from router.record.records import Recorder
 from router.record.tasks import TaskLedger
@@ -160,7 +161,7 @@ def build_parts(
         KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s, loops=loops),
         shadow,
         dispatcher,
-        ApiKeys(config.auth, store, loops=loops),
+        ApiKeys(config.auth, store, loops=loops, on_revoked=quota.forget),
         quota,
     )
 
@@ -209,16 +210,22 @@ def _lifespan(parts: Parts) -> Callable[[FastAPI], AbstractAsyncContextManager[N
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             await parts.store.start()
-        except StoreUnreachableAtStart as exc:
-            log.error("tidegate cannot start: %s", exc)
-            app.state.startup_error = str(exc)
+            log.info("%s", auth_mode(parts.config))
+            await parts.signals.start()
+            for service in parts.background():
+                service.start()
+        except Exception as exc:  # any failure to start is the process's exit status, not a 0
+            reason = str(exc) if isinstance(exc, StoreUnreachableAtStart) else f"{type(exc).__name__}: {exc}"
+            log.error(
+                "tidegate cannot start: %s", reason, exc_info=not isinstance(exc, StoreUnreachableAtStart)
+            )
+            app.state.startup_error = reason
+            for started in reversed(parts.background()):
+                await started.close()
+            await parts.signals.close()
             await parts.upstream.aclose()
             await parts.store.close()
             raise
-        log.info("%s", auth_mode(parts.config))
-        await parts.signals.start()
-        for service in parts.background():
-            service.start()
         try:
             yield
         finally:
@@ -241,7 +248,11 @@ def _routes(app: GatewayApp, parts: Parts) -> None:
     admin = KeyDigests([config.auth.admin_key])
     app.router.routes.append(feedback_route(parts.ledger, parts.keys, admin, config.limits.body_timeout_s))
     app.router.routes.extend(routes.health_routes(parts.store, config.time_scale))
-    app.router.routes.append(routes.metrics_route(parts.telemetry.registry))
+    metrics = routes.metrics_route(parts.telemetry.registry)
+    if config.server.metrics_listen is None:
+        app.router.routes.append(metrics)
+    else:  # its own listener (router/cli/gateway.py serves it): not on the client port
+        app.state.metrics_app = Starlette(routes=[metrics])
     app.include_router(admin_router(config, parts.store, parts.signals, parts.controller, parts.keys))
 
 
@@ -262,7 +273,7 @@ class GatewayApp(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         return InFlightLimit(
-            proxy.LeanApi(super().build_middleware_stack(), self.lean), limit=self._max_in_flight
+            proxy.LeanApi(RequestIds(super().build_middleware_stack()), self.lean), limit=self._max_in_flight
         )
 
 

@@ -98,6 +98,7 @@ def _side_json(side: Side) -> dict[str, Any]:
         "cost_per_success": side.cost_per_success,
         "callers": side.callers,
         "top_caller_share": weighted.top_share if weighted is not None else None,
+        "left_out": list(weighted.left_out) if weighted is not None else [],
     }
 
 

@@ -218,6 +218,7 @@ class CanaryController:
             callers_of(counts.get(r, {}) for r in dedicated),
             callers_of(counts.get(r, {}) for r in serverless),
             canary.max_caller_share,
+            canary.min_callers,
         )
         found = analyse(
             _side(dedicated, counts, ttft, itl, cost=ded_cost, weighted=ded_rates),

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from router.cli.serving import bind, run, run_workers, serving_of, startup_failed
-from router.config import ConfigError, load_config
+from router.cli.serving import Served, bind, run, run_workers, serving_of, startup_failed
+from router.config import ConfigError, GatewayConfig, load_config
 
 
 def add_parser(commands: Any) -> None:
@@ -50,15 +50,29 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     served = serving_of(app, sock, config)
+    companions = _metrics_listener(app, config)
     if args.workers == 1:
         with contextlib.suppress(SystemExit):  # uvicorn exits 3 when the lifespan refused to start
-            run(served)
+            run(served, companions)
         failed = startup_failed(app)
         if failed:
             print(f"tidegate: cannot start: {failed}", file=sys.stderr)
             return 2
         return 0
-    return run_workers(lambda: create_app(config), served, args.workers)
+    return run_workers(
+        lambda: create_app(config), served, args.workers, companions[0] if companions else None
+    )
+
+
+def _metrics_listener(app: Any, config: GatewayConfig) -> list[Served]:
+    """`/metrics` on `server.metrics_listen`, when set (announced), beside the gateway."""
+    listen = config.server.metrics_listen
+    if listen is None:
+        return []
+    sock = bind(listen.host, listen.port)
+    host, port = sock.getsockname()[:2]
+    print(f"tidegate metrics on http://{host}:{port}/metrics (server.metrics_listen)", flush=True)
+    return [Served(app.state.metrics_app, sock)]
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -119,11 +119,14 @@ def run(main: Served, companions: Sequence[Served] = (), log_level: str = "warni
     uvloop.run(serve_all(main, companions, log_level))
 
 
-def run_workers(make_app: Callable[[], ASGIApp], template: Served, workers: int) -> int:
+def run_workers(
+    make_app: Callable[[], ASGIApp], template: Served, workers: int, metrics: Served | None = None
+) -> int:
     """Pre-fork `workers` processes that accept on the same listening socket; each builds its
-    own app (its own event loop, upstream pools and store connections). SIGTERM/SIGINT are
-    passed on to every worker; when one worker ends on its own, the others are stopped too
-    and the exit status is 1, leaving restarts to the supervisor (systemd, Kubernetes)."""
+    own app (its own event loop, upstream pools and store connections), and serves its own
+    `/metrics` on `metrics`'s socket when given. SIGTERM/SIGINT are passed on to every worker;
+    when one worker ends on its own, the others are stopped too and the exit status is 1,
+    leaving restarts to the supervisor (systemd, Kubernetes)."""
     children: list[int] = []
     for _ in range(workers):
         pid = os.fork()
@@ -133,7 +136,8 @@ def run_workers(make_app: Callable[[], ASGIApp], template: Served, workers: int)
             code = 0
             try:
                 app = make_app()
-                run(replace(template, app=app))
+                extra = [replace(metrics, app=app.state.metrics_app)] if metrics is not None else []  # type: ignore[attr-defined]
+                run(replace(template, app=app), extra)
                 code = 2 if startup_failed(app) else 0
             except BaseException:
                 logging.getLogger("tidegate").exception("worker %d failed", os.getpid())

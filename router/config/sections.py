@@ -20,9 +20,11 @@ class ListenConfig(Frozen):
 class ServerConfig(Frozen):
     """The HTTP server. `forwarded_allow_ips`: the proxies (IPs, CIDRs, or "*") whose
     X-Forwarded-For and X-Forwarded-Proto are believed; empty, nobody's are (the client's
-    address is the socket's)."""
+    address is the socket's). `metrics_listen`: serve `/metrics` (every tenant's name, team and
+    spend) on a listener of its own, and not on the client port; none: on the client port."""
 
     forwarded_allow_ips: tuple[str, ...] = ()
+    metrics_listen: ListenConfig | None = None
 
     @field_validator("forwarded_allow_ips")
     @classmethod

@@ -32,7 +32,7 @@ class KeyConfig(Frozen):
     key: str = ""
     key_sha256: str = ""
     priority: Priority = Priority.INTERACTIVE
-    models: tuple[str, ...] | None = None  # none: every model
+    models: Annotated[tuple[str, ...], Field(min_length=1)] | None = None  # none: every model; [] is refused
     rpm: Annotated[int, Field(ge=1)] | None = None  # requests per minute, across every replica
     tpm: Annotated[int, Field(ge=1)] | None = None  # tokens (prompt + answer) per minute
     max_usd_per_day: Annotated[float, Field(ge=0)] | None = None  # UTC day

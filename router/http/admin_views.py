@@ -95,7 +95,7 @@ def ranking_to_store(model: str, cfg: ModelConfig, body: dict[str, Any]) -> byte
     if (
         not isinstance(ranking, list)
         or len(ranking) > len(cfg.endpoints)
-        or not all(isinstance(e, dict) for e in ranking)
+        or not all(isinstance(e, dict) and isinstance(e.get("endpoint"), str) for e in ranking)
     ):
         raise InvalidRequest(
             "'ranking' must be a list of {endpoint, p95_ms, cv_percent, verdict}", param="ranking"

@@ -16,7 +16,7 @@ import hmac
 import itertools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -103,8 +103,10 @@ class ApiKeys:
         store: MadeKeys | None = None,
         refresh_s: float = 0.5,
         loops: Loops | None = None,
+        on_revoked: Callable[[str], None] | None = None,
     ) -> None:
         self._loops = loops or Loops()
+        self._on_revoked = on_revoked  # a key revoked (or gone) since the last refresh: its name
         self._plain_digests = tuple(_digest(k) for k in auth.api_keys)
         self._plain_set = frozenset(self._plain_digests)
         self._configured = {_secret_digest(k): _Entry(k) for k in auth.keys}
@@ -189,7 +191,13 @@ class ApiKeys:
                     made[bytes.fromhex(secret["sha256"])] = _Entry(key, secret.get("until"))
             except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
                 log.warning("client keys: the stored key %r is unreadable and not accepted: %r", name, exc)
+        gone = (revoked - self._revoked) | (
+            {e.key.name for e in self._made.values()} - {e.key.name for e in made.values()} - revoked
+        )
         self._made, self._revoked = made, frozenset(revoked)
+        if self._on_revoked is not None:
+            for name in sorted(gone):
+                self._on_revoked(name)
 
     def start(self) -> None:
         """Read the store's keys now and every `refresh_s`; while the store is unreachable the

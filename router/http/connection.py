@@ -1,32 +1,26 @@
 """Connection-level bounds, below HTTP routing and auth: uvicorn's httptools protocol with
-every limit a client can push on before any handler runs.
+every limit a client can push on before any handler runs (docs/security.md has the table).
 
-Per connection: at most `max_connections` open, a request head (request line and headers) of
-at most `max_header_bytes` (431) that arrives within `header_timeout_s` (408) of the
-connection, or of a later request's first byte. At `max_connections` the oldest idle
-connection (keep-alive, or never spoke) is closed for the newcomer; only with none idle is the
-newcomer refused (503). A connection whose last request had no valid key keeps alive only
-`keyless_keep_alive_s`.
+Per connection: at most `max_connections` open (at the cap the longest-idle one is closed for
+a newcomer; with none idle, 503), a head of at most `max_header_bytes` (431) within
+`header_timeout_s` (408) of the connection or of a later request's first byte, and only
+`keyless_keep_alive_s` of keep-alive after a request without a valid key.
 
 Per request body, on every path, authenticated or not, before the app sees the request:
 - a cap by path: `max_body_bytes` on the proxied `/v1` paths, `max_control_body_bytes` on
-  every other path (admin API, feedback, health, unknown paths); a declared Content-Length
-  over it is 413 at once, a chunked body is cut when it passes it;
+  every other path; a declared Content-Length over it is 413 at once, a chunked body is cut;
 - a process-wide budget, `max_body_bytes_in_flight`: a request holds twice its declared length
-  (a chunked one, what has arrived: the body, then the copy sent upstream) from its head until
-  its response is complete; a head that does not fit is 503 `server_overloaded` with
-  Retry-After, before any byte is read;
+  (the body, then the copy sent upstream; a chunked one, what has arrived) from its head until
+  its response is complete; a head that does not fit is 503 before any byte is read;
 - fair shares (router/http/shares.py): one key, or one address without a key, holds at most
-  `max_share_per_caller` of that budget (else 429) and of the connections (its own oldest
-  idle connection is closed first; else 429);
+  `max_share_per_caller` of that budget and of the connections (else 429);
 - a deadline, `body_timeout_s` from the end of the head to the end of the body: 408.
 
-A refused request's body is never buffered: once a response is out (the gateway's own
-refusal, or the app answering before the body ended: a 401, a 404), what remains of the
-body is read and dropped, for at most `discard_timeout_s` and `max_discard_bytes`, then
-the connection closes. Clients that write the whole body before they read (openai-node,
-curl) then read the answer instead of a reset. Every answer written here carries a request id
-(`x-request-id`, `x-tidegate-request-id`), as the app's do.
+A refused request's body is never buffered: once a response is out (our refusal, or the app
+answering before the body ended: a 401, a 404), the rest is read and dropped, for at most
+`discard_timeout_s` and `max_discard_bytes`, then the connection closes, so clients that write
+before they read (openai-node, curl) read the answer, not a reset. Every answer written here
+is OpenAI-shaped and carries a request id, as the app's do.
 """
 
 from __future__ import annotations
@@ -191,8 +185,10 @@ class GuardedProtocol(HttpToolsProtocol):
             self._refuse_head()
 
     def send_400_response(self, msg: str) -> None:
-        if not self._refused:  # after our own refusal the parser's error is ours, not news
-            super().send_400_response(msg)
+        """uvicorn's answer to what its parser refuses, OpenAI-shaped with a request id like
+        every other refusal; after our own refusal the parser's error is ours, not news."""
+        if not self._refused:
+            self._refuse(InvalidRequest(f"the request is not valid HTTP/1.1 ({msg.rstrip('.')})"))
 
     # --- the head -----------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ class KeyNotFound(ClientError):
 
 
 class KeyStore(Protocol):
-    async def put_key(self, name: str, entry: bytes) -> None: ...
+    async def put_key(self, name: str, entry: bytes, *, replacing: bytes | None = None) -> bool: ...
 
     async def made_keys(self) -> dict[str, bytes]: ...
 
@@ -124,7 +124,11 @@ class KeysAdmin:
         if key.name in self._keys.configured_names or taken:
             raise KeyConflict(f"a key named {key.name!r} exists; rotate or revoke it", param="name")
         stored = {"key": _stored_fields(key), "secrets": [{"sha256": digest, "until": None}]}
-        await self._store.put_key(key.name, orjson.dumps(stored | {"created_at": time.time()}))
+        entry = orjson.dumps(stored | {"created_at": time.time()})
+        if not await self._store.put_key(key.name, entry, replacing=existing):
+            raise KeyConflict(
+                f"a key named {key.name!r} was made at the same time; list the keys", param="name"
+            )
         await self._keys.refresh()
         return _view(key, "admin") | {"secret": secret}
 
@@ -137,21 +141,26 @@ class KeysAdmin:
             raise InvalidRequest(f"'overlap_s' must be from 0 to {MAX_OVERLAP_S}", param="overlap_s")
         if name in self._keys.configured_names:
             raise KeyConflict(f"{name!r} is written in auth.keys: rotate it in the file", param="name")
-        stored = await _made(self._store, name)
+        raw, stored = await _made(self._store, name)
         secret, digest = _new_secret()
         now = time.time()
         until = now + float(overlap)
         old = [s | {"until": min(until, s["until"] or until)} for s in stored["secrets"]]
         stored["secrets"] = [{"sha256": digest, "until": None}, *(s for s in old if s["until"] > now)]
-        await self._store.put_key(name, orjson.dumps(stored))
+        if not await self._store.put_key(name, orjson.dumps(stored), replacing=raw):  # one rotation wins
+            raise KeyConflict(f"the key {name!r} changed while it was rotated; rotate it again", param="name")
         await self._keys.refresh()
         key = stored_key(stored)  # the new secret is first
         return _view(key, "admin") | {"secret": secret, "old_secrets_valid_until": until}
 
     async def revoke(self, name: str) -> dict[str, Any]:
+        raw = (await self._store.made_keys()).get(name)
         if name not in self._keys.configured_names:
-            await _made(self._store, name)
-        await self._store.put_key(name, orjson.dumps({"revoked": True, "at": time.time()}))
+            raw, _ = await _made(self._store, name)
+        if not await self._store.put_key(
+            name, orjson.dumps({"revoked": True, "at": time.time()}), replacing=raw
+        ):
+            raise KeyConflict(f"the key {name!r} changed while it was revoked; revoke it again", param="name")
         await self._keys.refresh()
         return {"name": name, "revoked": True}
 
@@ -162,21 +171,26 @@ def _new_secret() -> tuple[str, str]:
     return secret, hashlib.sha256(secret.encode()).hexdigest()
 
 
-async def _made(store: KeyStore, name: str) -> dict[str, Any]:
+async def _made(store: KeyStore, name: str) -> tuple[bytes, dict[str, Any]]:
+    """A made key's stored entry, as stored and parsed."""
     raw = (await store.made_keys()).get(name)
     stored: dict[str, Any] | None = orjson.loads(raw) if raw is not None else None
-    if stored is None or stored.get("revoked"):
+    if raw is None or stored is None or stored.get("revoked"):
         raise KeyNotFound(f"no key named {name!r}", param="name")
-    return stored
+    return raw, stored
 
 
 def _validated(fields: dict[str, Any], config: GatewayConfig) -> KeyConfig:
+    """A new key's fields, as JSON gives them: strictly (`rpm: true` or `"60"` is not 60), and
+    alive (an `expires_at` already past would make a key nobody can use)."""
     try:
-        key = KeyConfig.model_validate(fields)
+        key = KeyConfig.model_validate_json(orjson.dumps(fields), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise InvalidRequest(f"{where}: {first['msg']}", param=where) from None
+    if key.expires_at is not None and key.expires_at.timestamp() <= time.time():
+        raise InvalidRequest("expires_at: the time is already past", param="expires_at")
     unknown = sorted(set(key.models or ()) - set(config.models))
     if unknown:
         raise InvalidRequest(f"models: {unknown[0]!r} is not a configured model", param="models")

@@ -31,23 +31,31 @@ MAX_DEADLINE_MS = 3_600_000
 def batch_wait_s(
     config: ModelConfig, key: KeyConfig | None, headers: Sequence[tuple[bytes, bytes]], remaining_s: float
 ) -> float | None:
-    """None for an interactive request; for a batch one, how long it may wait for a slot."""
+    """None for an interactive request; for a batch one, how long it may wait for a slot. Both
+    headers are checked on every request (400 when malformed), whatever its priority."""
     asked = _header(headers, PRIORITY_HEADER)
     if asked is not None and asked not in ("batch", "interactive"):
         raise InvalidRequest("x-tidegate-priority must be batch or interactive", param="x-tidegate-priority")
+    deadline_ms = _deadline_ms(headers)
     batch = (key is not None and key.priority is Priority.BATCH) or asked == "batch"
     if not batch:
         return None
     wait = min(config.routing.batch.max_wait_s, remaining_s)
-    deadline = _header(headers, DEADLINE_HEADER)
-    if deadline is not None:
-        if not deadline.isdigit() or not 1 <= int(deadline) <= MAX_DEADLINE_MS:
-            raise InvalidRequest(
-                f"x-tidegate-deadline-ms must be an integer from 1 to {MAX_DEADLINE_MS}",
-                param="x-tidegate-deadline-ms",
-            )
-        wait = min(wait, int(deadline) / 1000.0)
+    if deadline_ms is not None:
+        wait = min(wait, deadline_ms / 1000.0)
     return max(0.0, wait)
+
+
+def _deadline_ms(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    deadline = _header(headers, DEADLINE_HEADER)
+    if deadline is None:
+        return None
+    if not deadline.isdigit() or not 1 <= int(deadline) <= MAX_DEADLINE_MS:
+        raise InvalidRequest(
+            f"x-tidegate-deadline-ms must be an integer from 1 to {MAX_DEADLINE_MS}",
+            param="x-tidegate-deadline-ms",
+        )
+    return int(deadline)
 
 
 def batch_targets(config: ModelConfig, targets: tuple[T, ...]) -> tuple[T, ...]:

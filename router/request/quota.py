@@ -81,6 +81,7 @@ class Quota:
     def __init__(self, store: QuotaStore, registry: CollectorRegistry | None = None) -> None:
         self._store = store
         self._settling: set[asyncio.Task[None]] = set()
+        self._labelled: dict[str, set[tuple[str, tuple[str, ...]]]] = {}  # key -> its series
         self.requests = Counter(
             "tidegate_key_requests",
             "Requests of named keys, by key, team and result (ok, failed)",
@@ -148,15 +149,25 @@ class Quota:
                 headers={"retry-after": "1"},
             ) from exc
         if answer.refused is not None:
+            self._labelled.setdefault(key.name, set()).add(("refusals", (key.name, answer.refused)))
             self.refusals.labels(key.name, answer.refused).inc()
             raise _refusal(key, ask, answer, ratelimit_headers(key, answer))
         return answer
 
     def count(self, key: KeyConfig, *, ok: bool, usd: float) -> None:
         """A named key's request in Prometheus (labels only for keys that exist: bounded)."""
+        self._labelled.setdefault(key.name, set()).add(
+            ("requests", (key.name, key.team, "ok" if ok else "failed"))
+        )
         self.requests.labels(key.name, key.team, "ok" if ok else "failed").inc()
         if usd:
+            self._labelled[key.name].add(("spend", (key.name, key.team)))
             self.spend.labels(key.name, key.team).inc(usd)
+
+    def forget(self, name: str) -> None:
+        """A revoked key's series leave /metrics (the key is gone; its series would stay forever)."""
+        for metric, labels in self._labelled.pop(name, set()):
+            getattr(self, metric).remove(*labels)
 
     def settle_later(self, grant: Grant, tokens: int, usd: float) -> None:
         """After the answer: its tokens replace the estimate; its cost joins the budgets."""

@@ -37,7 +37,8 @@ TransportFactory = Callable[[Endpoint], httpx.AsyncBaseTransport]
 
 # Never forwarded upstream: hop-by-hop (RFC 9110 §7.6.1), recomputed, or the client's secrets
 # (the known credential headers of OpenAI, Azure, Anthropic, Google, AWS, and any header whose
-# name says it carries a key, token, secret, password or credential: `_CREDENTIAL`).
+# name says it carries a key, token, secret, password, credential, licence or anything of auth:
+# `_CREDENTIAL`).
 _DROP_REQUEST_HEADERS = frozenset(
     {
         b"connection",
@@ -71,9 +72,10 @@ _DROP_REQUEST_HEADERS = frozenset(
         b"openai-project",
     }
 )
-_CREDENTIAL = re.compile(
-    rb"api[-_]?key|secret|passw|credential|subscription-key|(^|-)token$|authori[sz]ation"
-)
+_CREDENTIAL = re.compile(  # by name: a key, token, secret, password, credential, licence or auth
+    rb"api[-_]?key|secret|passw|credential|subscription-key|(^|-)token$|auth|(?<!^idempotency)(^|[-_])key$"
+    rb"|access[-_]?key|licen[cs]e|signature"
+)  # Idempotency-Key is the client's own, for the providers that honour it
 _KEEP_RESPONSE_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
 _MAX_ERROR_BODY = 64 * 1024
 _POOL_CONNECTIONS = 1024

@@ -138,8 +138,11 @@ class MemoryQuotas:
     async def spent(self, key: str, day: str, month: str) -> tuple[float, float]:
         return self._key_spend.get(f"{key}|{day}", 0.0), self._key_spend.get(f"{key}|{month}", 0.0)
 
-    async def put_key(self, name: str, entry: bytes) -> None:
+    async def put_key(self, name: str, entry: bytes, *, replacing: bytes | None = None) -> bool:
+        if self._keys.get(name) != replacing:
+            return False
         self._keys[name] = entry
+        return True
 
     async def made_keys(self) -> dict[str, bytes]:
         return dict(self._keys)

@@ -151,7 +151,9 @@ class Quotas(Protocol):
 
     async def spent(self, key: str, day: str, month: str) -> tuple[float, float]: ...
 
-    async def put_key(self, name: str, entry: bytes) -> None: ...
+    async def put_key(self, name: str, entry: bytes, *, replacing: bytes | None = None) -> bool:
+        """Store a made key's entry if the name's entry is still `replacing` (None: it has none):
+        True, stored; False, another writer changed it first (nothing stored). Atomic."""
 
     async def made_keys(self) -> dict[str, bytes]: ...
 

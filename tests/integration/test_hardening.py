@@ -304,6 +304,13 @@ def test_no_exception_at_any_step_of_an_attempt_leaks_a_slot_or_loses_a_request(
                 (b"x-app-password", b"p"),
                 (b"x-sim-prompt-tokens", b"2000"),
                 (b"idempotency-key", b"i"),
+                (b"x-auth-key", b"k"),  # the issue 35 finds
+                (b"x-auth-email", b"e"),
+                (b"x-access-key", b"k"),
+                (b"x-client-license-key", b"l"),
+                (b"x-license", b"l"),
+                (b"x-webhook-signature", b"s"),
+                (b"private_key", b"k"),
             ],
             {b"x-sim-prompt-tokens", b"idempotency-key"},
         ),

@@ -8,10 +8,13 @@ from __future__ import annotations
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies.canary import bucket
-from router.canary.analysis import Verdict
+from router.canary.analysis import Side, Verdict, analyse
 from router.canary.weights import capped_weights, like_with_like, rates
+from router.config import CanaryChecks
 from router.record.callers import CallerCounts, callers_of
 from tests.router.asgi import MockUpstreams, asgi_gateway, model_yaml
 
@@ -114,3 +117,72 @@ async def test_a_key_that_cuts_its_own_answers_on_dedicated_cannot_roll_the_cana
     assert checks["success_rate_ratio"].result == "pass"
     assert analysis.verdict is not Verdict.FAIL
     assert "rests on few callers" in analysis.reason  # one honest key compared on each side
+
+
+# --- no single caller moves the canary (issue 35) -----------------------------------------
+
+CHECKS = CanaryChecks(ttft_p95_max_ratio=None, itl_p50_max_ratio=None)  # the rates alone
+
+
+def _analysis(dedicated: dict[str, CallerCounts], serverless: dict[str, CallerCounts]):
+    ded, sl = like_with_like(dedicated, serverless, 0.5, 3)
+
+    def side(callers: dict[str, CallerCounts], weighted) -> Side:
+        n = int(sum(c.requests for c in callers.values()))
+        ok = int(sum(c.successes for c in callers.values()))
+        errors = int(sum(c.errors for c in callers.values()))
+        return Side(requests=n, successes=ok, errors=errors, weighted=weighted)
+
+    return analyse(side(dedicated, ded), side(serverless, sl), CHECKS, min_samples=10, min_callers=3)
+
+
+honest_callers = st.lists(
+    st.tuples(st.integers(20, 300), st.integers(1, 4), st.sampled_from([1.0, 0.995, 0.99, 0.97])),
+    min_size=3,
+    max_size=8,
+)
+
+
+def _honest(callers: list[tuple[int, int, float]], dedicated_drop: float = 0.0):
+    """Each honest caller succeeds at the same rate on both sides (less `dedicated_drop` on
+    dedicated), with `ratio` times as many requests on serverless (its users' buckets)."""
+    ded, sl = {}, {}
+    for i, (n, ratio, rate) in enumerate(callers):
+        ok = round(n * rate)
+        ded[f"h{i}"] = CallerCounts(n, round(n * max(0.0, rate - dedicated_drop)) if dedicated_drop else ok)
+        sl[f"h{i}"] = CallerCounts(n * ratio, ok * ratio)
+    return ded, sl
+
+
+@settings(max_examples=300, deadline=None)
+@given(callers=honest_callers, share=st.floats(0.01, 0.25), errors=st.booleans())
+def test_an_attacker_up_to_a_quarter_of_each_side_cannot_fail_a_healthy_run(callers, share, errors):
+    """The issue's attack: one key picks `user` values that put requests failing the gateway's own
+    checks (an unsatisfiable schema), or erroring, on dedicated and plain ones on serverless."""
+    ded, sl = _honest(callers)
+    n_ded = round(share / (1 - share) * sum(c.requests for c in ded.values()))
+    n_sl = round(share / (1 - share) * sum(c.requests for c in sl.values()))
+    ded["attacker"] = CallerCounts(max(1, n_ded), 0, max(1, n_ded) if errors else 0)
+    sl["attacker"] = CallerCounts(max(1, n_sl), max(1, n_sl))
+    found = _analysis(ded, sl)
+    assert found.verdict is not Verdict.FAIL, found.reason
+    assert "attacker" in found.dedicated.weighted.left_out
+
+
+@settings(max_examples=300, deadline=None)
+@given(callers=honest_callers, drop=st.floats(0.05, 0.5), attacked=st.booleans())
+def test_a_dedicated_side_worse_for_everyone_still_fails(callers, drop, attacked):
+    ded, sl = _honest(callers, dedicated_drop=drop)
+    if attacked:  # a caller failing on serverless on purpose does not rescue a bad dedicated
+        ded["attacker"] = CallerCounts(100, 100)
+        sl["attacker"] = CallerCounts(100, 0, 100)
+    found = _analysis(ded, sl)
+    assert found.verdict is Verdict.FAIL
+    assert "success_rate_ratio" in found.reason
+
+
+def test_errors_on_dedicated_for_everyone_fail_the_error_ceiling():
+    ded = {f"h{i}": CallerCounts(100, 95, 5) for i in range(4)}
+    sl = {f"h{i}": CallerCounts(100, 100) for i in range(4)}
+    found = _analysis(ded, sl)
+    assert found.verdict is Verdict.FAIL and "error_rate_percent" in found.reason

@@ -69,7 +69,8 @@ class RedisLeases(RedisParts):
         keys = self._keys.acquire(pool, token)
         try:
             pending = await self._wait_in_line(pool, keys, slots, token, wait_s)
-        except ResponseError as exc:  # Redis is up, but this pool's keys are unusable (WRONGTYPE)
+        except ResponseError as exc:  # Redis is up, but this pool's keys (or its replies) are unusable
+            self._forget_later(keys, token, slots.weight)  # in case the script ran all the same
             self._break(pool, exc)
             return await self._acquire_locally(pool, slots, wait_s)
         except RedisError as exc:
@@ -96,7 +97,7 @@ class RedisLeases(RedisParts):
         args += [slots.weight, slots.max_waiters, slots.prompt_tokens, limit]
         pause = _POLL_MIN_S
         while True:
-            answer = int(await self._batch.call_script(ACQUIRE, keys, args))
+            answer = _reply_int(await self._batch.call_script(ACQUIRE, keys, args))
             if answer >= 1:
                 return answer - 1
             remaining = deadline - time.monotonic()
@@ -262,6 +263,15 @@ class RedisLeases(RedisParts):
         """(in flight, waiting, pending tokens) of the slots granted locally."""
         local = self._local
         return local.in_flight(), local.waiting(), local.pending_prompt_tokens()
+
+
+def _reply_int(reply: Any) -> int:
+    """The acquire script's integer; a reply of another type is the pool's fault to report
+    (ResponseError: the pool decides locally), never a 500 of the request."""
+    try:
+        return int(reply)
+    except (TypeError, ValueError):
+        raise ResponseError(f"an unexpected reply to the acquire: {reply!r:.80}") from None
 
 
 def _raise_first(answers: Sequence[Any]) -> None:

@@ -109,7 +109,17 @@ end
 return 1
 """
 
+# KEYS: the made keys (hash). ARGV: name, entry, '1' (the name must be new) or '0' (its entry
+# must still be ARGV[4]). Stores the entry and returns 1, or changes nothing and returns 0.
+_PUT_KEY_LUA = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if (ARGV[3] == '1' and current ~= false) or (ARGV[3] == '0' and current ~= ARGV[4]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
 TAKE = Script(_TAKE_LUA)
+PUT_KEY = Script(_PUT_KEY_LUA)
 SETTLE = Script(_SETTLE_LUA)
 _DAY_MS = 2 * 86400 * 1000  # a day's ledger outlives its day (reports read yesterday's)
 _MONTH_MS = 62 * 86400 * 1000
@@ -177,8 +187,10 @@ class RedisQuotas(RedisParts):
         )
         return float(_text(day_usd) or 0), float(_text(month_usd) or 0)
 
-    async def put_key(self, name: str, entry: bytes) -> None:
-        await self._ask("the key could not be stored", "HSET", self._keys.made_keys, name, entry)
+    async def put_key(self, name: str, entry: bytes, *, replacing: bytes | None = None) -> bool:
+        args = [name, entry, "1" if replacing is None else "0", replacing or b""]
+        swapped = await self._run("the key could not be stored", PUT_KEY, [self._keys.made_keys], args)
+        return bool(swapped)
 
     async def made_keys(self) -> dict[str, bytes]:
         found = await self._ask("the keys could not be read", "HGETALL", self._keys.made_keys)
