@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
