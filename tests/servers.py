@@ -270,9 +270,15 @@ class RawUpstream:
     """A TCP server on loopback that answers every request with `response` (raw bytes),
     whatever HTTP it is: for upstreams that break the protocol."""
 
-    def __init__(self, response: bytes, *, send_timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, response: bytes, *, send_timeout_s: float = 2.0, read_body: bool = False, hold_s: float = 0.0
+    ) -> None:
+        """`read_body`: read each request's whole body (by its content-length) before
+        answering, so a large one is taken in full; `hold_s`: then wait this long."""
         self.response = response
         self.send_timeout_s = send_timeout_s
+        self.read_body = read_body
+        self.hold_s = hold_s
         self.received: list[bytes] = []  # the first read of each request, as it came
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -294,7 +300,12 @@ class RawUpstream:
         with conn:
             conn.settimeout(self.send_timeout_s)
             with contextlib.suppress(OSError):
-                self.received.append(conn.recv(65536))
+                first = conn.recv(65536)
+                self.received.append(first)
+                if self.read_body:
+                    _read_body(conn, first)
+                if self.hold_s:
+                    self._stop.wait(self.hold_s)
                 conn.sendall(self.response)
 
     def __enter__(self) -> RawUpstream:
@@ -305,6 +316,15 @@ class RawUpstream:
         self._stop.set()
         self._thread.join(timeout=5)
         self.sock.close()
+
+
+def _read_body(conn: socket.socket, first: bytes) -> None:
+    """Read the rest of one request whose first bytes were `first` (its head at least)."""
+    head, _, body = first.partition(b"\r\n\r\n")
+    found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    left = (int(found.group(1)) if found else 0) - len(body)
+    while left > 0 and (chunk := conn.recv(min(left, 1 << 20))):
+        left -= len(chunk)
 
 
 def http_response(status: str, headers: str = "", body: bytes = b"") -> bytes:

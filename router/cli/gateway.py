@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,15 +43,11 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    sock = bind(args.host or config.listen.host, args.port if args.port is not None else config.listen.port)
-    host, port = sock.getsockname()[:2]
-    print(
-        f"tidegate listening on http://{host}:{port}/v1 ({len(config.models)} model(s), "
-        f"store: {app.state.store.name}, workers: {args.workers})",
-        flush=True,
-    )
+    listening = _listen(args, app, config)
+    if listening is None:
+        return 2
+    sock, companions = listening
     served = serving_of(app, sock, config)
-    companions = _metrics_listener(app, config)
     if args.workers == 1:
         with contextlib.suppress(SystemExit):  # uvicorn exits 3 when the lifespan refused to start
             run(served, companions)
@@ -64,15 +61,47 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
 
+def _listen(
+    args: argparse.Namespace, app: Any, config: GatewayConfig
+) -> tuple[socket.socket, list[Served]] | None:
+    """The client socket and the companions' (announced once all are bound); None, said on
+    stderr with the key to change, when one cannot listen (the caller exits 2)."""
+    host = args.host or config.listen.host
+    port = args.port if args.port is not None else config.listen.port
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        print(
+            f"tidegate: cannot start: cannot listen on {host}:{port} (listen, --port): {exc}", file=sys.stderr
+        )
+        return None
+    try:
+        companions = _metrics_listener(app, config)
+    except OSError as exc:
+        sock.close()
+        print(
+            f"tidegate: cannot start: cannot listen for /metrics (server.metrics_listen): {exc}",
+            file=sys.stderr,
+        )
+        return None
+    bound_host, bound_port = sock.getsockname()[:2]
+    print(
+        f"tidegate listening on http://{bound_host}:{bound_port}/v1 ({len(config.models)} model(s), "
+        f"store: {app.state.store.name}, workers: {args.workers})",
+        flush=True,
+    )
+    for companion in companions:
+        at_host, at_port = companion.sock.getsockname()[:2]
+        print(f"tidegate metrics on http://{at_host}:{at_port}/metrics (server.metrics_listen)", flush=True)
+    return sock, companions
+
+
 def _metrics_listener(app: Any, config: GatewayConfig) -> list[Served]:
-    """`/metrics` on `server.metrics_listen`, when set (announced), beside the gateway."""
+    """`/metrics` on `server.metrics_listen`, when set, beside the gateway."""
     listen = config.server.metrics_listen
     if listen is None:
         return []
-    sock = bind(listen.host, listen.port)
-    host, port = sock.getsockname()[:2]
-    print(f"tidegate metrics on http://{host}:{port}/metrics (server.metrics_listen)", flush=True)
-    return [Served(app.state.metrics_app, sock)]
+    return [Served(app.state.metrics_app, bind(listen.host, listen.port))]
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -41,7 +41,7 @@ def merged(base: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
 def test_the_annotated_example_is_a_valid_config():
     config = parse_config(EXAMPLE.read_text(), ENV)
     build_policies(config)
-    assert config.limits.worst_case_bytes() == 512 * 1024 * 1024  # the figure docs/security.md states
+    assert config.limits.worst_case_bytes() == 576 * 1024 * 1024  # the figure docs/security.md states
 
 
 @pytest.mark.parametrize(("where", "block"), yaml_blocks(), ids=[w for w, _ in yaml_blocks()])

@@ -11,10 +11,11 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
+from router.errors import StoreUnavailable
 from router.state.rankings import diverging, probe_order
-from router.state.redis.parts import RedisParts
+from router.state.redis.parts import RedisParts, log
 from router.state.redis.scripts import CANARY_WRITE, CIRCUITS, LEAD, RESIGN, SETTLE_SPEND, SPEND, TRIP
 
 
@@ -82,8 +83,7 @@ class RedisControl(RedisParts):
         self._snapshot = replace(self._snapshot, probe_order=orders)
 
     async def probe(self, model: str) -> bytes | None:
-        found = await self._ask("the probe ranking could not be read", "HGET", self._keys.rankings, model)
-        return found if isinstance(found, bytes | None) else str(found).encode()
+        return await self._applied("the probe ranking", self._keys.rankings, model)
 
     async def set_parity(self, model: str, verdicts: bytes) -> None:
         await self._ask("the parity verdicts could not be stored", "HSET", self._keys.parity, model, verdicts)
@@ -91,7 +91,21 @@ class RedisControl(RedisParts):
         self._snapshot = replace(self._snapshot, parity_diverges=found)
 
     async def parity(self, model: str) -> bytes | None:
-        found = await self._ask("the parity verdicts could not be read", "HGET", self._keys.parity, model)
+        return await self._applied("the parity verdicts", self._keys.parity, model)
+
+    async def _applied(self, what: str, key: str, model: str) -> bytes | None:
+        """A model's entry of an applied-results hash. A key of the wrong type there (written
+        by something else) reads as nothing applied, logged with the key to repair, as the
+        refresh reads it: the admin views still answer."""
+        try:
+            found = await self._batch.call("HGET", key, model)
+        except ResponseError as exc:
+            log.warning(
+                "state store: %s of %s cannot be read from %s (%s); DEL it to repair", what, model, key, exc
+            )
+            return None
+        except RedisError as exc:
+            raise StoreUnavailable(f"{what} could not be read: Redis is unreachable ({exc})") from exc
         return found if isinstance(found, bytes | None) else str(found).encode()
 
     async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:

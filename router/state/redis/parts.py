@@ -8,7 +8,7 @@ import asyncio
 import logging
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
@@ -37,17 +37,24 @@ class RedisParts:
         try:
             return await self._batch.call(*command)
         except RedisError as exc:
-            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
+            raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
 
     async def _run(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
         """One script, the same way."""
         try:
             return await self._batch.call_script(script, keys, args)
         except RedisError as exc:
-            raise StoreUnavailable(f"{what}: Redis is unreachable ({exc})") from exc
+            raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
 
     def _degrade(self, exc: Exception) -> None:
         """Redis is unreachable: decide locally until the background refresh reaches it again."""
         if not self.degraded:
             log.warning("state store: Redis unreachable, deciding locally until it is back: %s", exc)
         self.degraded = True
+
+
+def _why(exc: RedisError) -> str:
+    """Unreachable, or reached and refused (a key of the wrong type, a script error)."""
+    if isinstance(exc, ResponseError):
+        return f"Redis refused the command ({exc})"
+    return f"Redis is unreachable ({exc})"
