@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -374,6 +376,31 @@ def test_a_client_too_slow_with_its_headers_gets_408():
         answer = _raw_exchange(gw.port, b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
     assert answer.startswith(b"HTTP/1.1 408")
     assert b"limits.header_timeout_s" in answer
+
+
+@pytest.mark.timing
+def test_a_silent_connection_then_slow_headers_is_held_one_header_timeout_not_two():
+    """The head's deadline runs from the connection, not from its first byte: silent for 0.8 of
+    the timeout, then a header byte every 50 ms, it is answered 408 one timeout after connecting
+    (at 64de4f8 the clock restarted at the first byte, ~2x)."""
+    timeout_s = 1.0
+    with (
+        gateway_with(f"header_timeout_s: {timeout_s}") as (gw, _),
+        socket.create_connection(("127.0.0.1", gw.port), timeout=10) as conn,
+    ):
+        connected = time.monotonic()
+        threading.Event().wait(timeout_s * 0.8)  # the subject: a connection that says nothing
+        answer = b""
+        with contextlib.suppress(OSError):
+            for byte in b"POST /v1/chat/completions HTTP/1.1\r\nx-slow: " + b"a" * 200:
+                conn.sendall(bytes([byte]))
+                readable, _, _ = select.select([conn], [], [], 0.05)
+                if readable:
+                    answer = _read_until_closed(conn)
+                    break
+        held_s = time.monotonic() - connected
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+    assert held_s < 1.5 * timeout_s, f"held {held_s:.2f} s against a {timeout_s} s header timeout"
 
 
 def test_a_client_too_slow_with_its_body_gets_408_and_takes_no_slot():
