@@ -31,7 +31,6 @@ from tests.servers import (
     RawUpstream,
     Sim,
     ThreadServer,
-    free_port_iter,
     http_response,
     wait_until,
 )
@@ -113,9 +112,11 @@ def test_the_client_never_reads_upstream_internals(case, caplog):
 
 
 def test_an_unreachable_upstream_is_reported_without_its_address():
-    port = next(free_port_iter())
+    refusing = socket.socket()  # bound, never listening: refuses, and no other server takes it
+    refusing.bind(("127.0.0.1", 0))
+    port = refusing.getsockname()[1]
     app = create_app(config(f"http://127.0.0.1:{port}/v1", None))
-    with ThreadServer(app) as gw:
+    with refusing, ThreadServer(app) as gw:
         reply = chat(gw.url)
     assert reply.status_code == 502
     assert reply.json()["error"]["code"] == "upstream_unreachable"
