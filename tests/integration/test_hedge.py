@@ -88,8 +88,11 @@ def test_stalled_first_tokens_are_hedged_and_the_cancelled_losers_counted():
                 (a["headers"]["x-tidegate-route"], a["headers"]["x-tidegate-outcome"]) for a in answers
             )
             # every stalled first token was hedged, and serverless answered it
-            assert seen[("sl", "hedged_ok")] == stalls, seen
-            assert seen[("ded", "first_try")] + seen[("ded", "hedged_ok")] == 60 - stalls, seen
+            # (on a loaded machine an unstalled first token may pass after_ms too: hedged as well)
+            assert seen[("sl", "hedged_ok")] >= stalls, seen
+            assert (
+                seen[("ded", "first_try")] + seen[("ded", "hedged_ok")] + seen[("sl", "hedged_ok")] == 60
+            ), seen
             hedged = [a for a in answers if a["headers"]["x-tidegate-outcome"] == "hedged_ok"]
             assert all(a["headers"]["x-tidegate-attempts"] == "2" for a in hedged)
             assert all(
@@ -101,11 +104,14 @@ def test_stalled_first_tokens_are_hedged_and_the_cancelled_losers_counted():
             assert max(a["ttft_s"] for a in answers) < STALL_S / 2
             # the losers were cancelled: the simulator saw each stalled request abandoned
             wait_until(lambda: ded.stats()["cancelled"] >= stalls, timeout=10)
-            assert metric(server.url, "tidegate_hedges_total", model="m", winner="serverless") == stalls
+            assert (
+                metric(server.url, "tidegate_hedges_total", model="m", winner="serverless")
+                == seen[("sl", "hedged_ok")]
+            )
             admin = {"authorization": f"Bearer {ADMIN}"}
             report = httpx.get(server.url + "/admin/routes?window=1m", headers=admin).json()
             hedges = report["models"]["m"]["economics"]["routes"]
-            assert hedges["sl"]["hedges"]["won"] == stalls
+            assert hedges["sl"]["hedges"]["won"] == seen[("sl", "hedged_ok")]
             assert hedges["ded"]["hedges"]["lost"] >= stalls
 
 

@@ -183,11 +183,17 @@ async def test_a_cold_probe_shrinks_the_interval_until_the_route_stays_warm():
             assert 0.2 <= learned <= 1.0
             assert sl.stats()["cold_starts"] >= 1  # learned from evidence, not assumed
             cold, probes = sl.stats()["cold_starts"], sl.stats()["requests"]
-            while sl.stats()["requests"] < probes + 4:  # four more probes at the learned interval
+            # four more probes at the learned interval; a loaded machine may send one late, past
+            # the 1 s idle, and that probe finds the route cold through no fault of the interval
+            late, seen, last_at = 0, probes, time.monotonic()
+            while seen < probes + 4:
                 assert time.monotonic() < deadline, sl.stats()
                 await warm.tick()
                 await asyncio.sleep(0.02)
-            assert sl.stats()["cold_starts"] == cold  # the route stayed warm
+                if (now_seen := sl.stats()["requests"]) > seen:
+                    late += time.monotonic() - last_at > 1.0
+                    seen, last_at = now_seen, time.monotonic()
+            assert sl.stats()["cold_starts"] - cold <= late, late  # the route stayed warm
             assert warm.intervals()["m/sl"] == learned
         finally:
             await warm.close()
