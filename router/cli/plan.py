@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import sys
 import time
@@ -32,6 +31,7 @@ from rich.console import Console
 from router.cli import plan_sampling, plan_schedule
 from router.cli.admin_client import AdminCallFailed, call_admin
 from router.cli.options import add_options, admin_key_option, option
+from router.cli.plan_figures import dedicated_figures, serverless_figures, ttft_from_quantiles
 from router.cli.plan_from import gateway_rows
 from router.cli.plan_output import pareto_plot, plan_table
 from router.config import ConfigError, DedicatedEndpoint, ServerlessEndpoint, load_config
@@ -40,75 +40,10 @@ from router.offline.calibration import (
     SERVERLESS_PRESETS,
     DedicatedCalibration,
     ServerlessCalibration,
-    TtftDistribution,
 )
 from router.offline.planner.plans import System
 from router.offline.planner.sweep import Grid, break_even, choose, pareto
 from router.offline.replay import Arrival, load, scale_rate, window
-
-Z95 = 1.6449  # the standard normal's 95th percentile: a log-normal's p95 / p50 = exp(Z95 x sigma)
-
-
-def ttft_from_quantiles(p50_ms: float, p95_ms: float, cold_range_s: tuple[float, float]) -> TtftDistribution:
-    """A log-normal TTFT with the measured median and p95 (a probe's or a route's figures)."""
-    if p50_ms <= 0 or p95_ms < p50_ms:
-        raise ValueError(f"TTFT p50 {p50_ms} ms and p95 {p95_ms} ms cannot describe a distribution")
-    return TtftDistribution(p50_ms / 1000, math.log(p95_ms / p50_ms) / Z95, cold_range_s=cold_range_s)
-
-
-def _dedicated(args: argparse.Namespace, config_endpoint: DedicatedEndpoint | None) -> DedicatedCalibration:
-    d = calibration.DEDICATED[args.calibration]
-    if config_endpoint is not None and config_endpoint.gpu_hour_usd > 0:
-        d = dataclasses.replace(d, gpus=config_endpoint.gpus, gpu_hour_usd=config_endpoint.gpu_hour_usd)
-    given = {
-        "prefill_tokens_per_s": args.prefill_tokens_per_s,
-        "itl_s": None if args.itl_ms is None else args.itl_ms / 1000,
-        "itl_per_seq_s": None if args.itl_per_seq_ms is None else args.itl_per_seq_ms / 1000,
-        "decode_tokens_per_s": args.decode_tokens_per_s,
-        "overhead_s": None if args.overhead_ms is None else args.overhead_ms / 1000,
-        "max_num_seqs": args.max_num_seqs,
-        "gpus": args.gpus,
-        "gpu_hour_usd": args.gpu_hour_usd,
-    }
-    return dataclasses.replace(d, **{k: v for k, v in given.items() if v is not None})
-
-
-def _serverless(
-    args: argparse.Namespace, config_endpoint: ServerlessEndpoint | None
-) -> ServerlessCalibration:
-    s = calibration.SERVERLESS[args.serverless or calibration.PARTNERS[args.calibration][0]]
-    if config_endpoint is not None and (config_endpoint.usd_per_mtok_in or config_endpoint.usd_per_mtok_out):
-        s = dataclasses.replace(
-            s,
-            usd_per_mtok_in=config_endpoint.usd_per_mtok_in,
-            usd_per_mtok_out=config_endpoint.usd_per_mtok_out,
-        )
-    cold = tuple(args.cold_s) if args.cold_s is not None else s.ttft.cold_range_s
-    ttft = s.ttft
-    if args.serverless_preset is not None:
-        ttft = SERVERLESS_PRESETS[args.serverless_preset]
-    if args.probe_result is not None:
-        ttft = _probe_ttft(args.probe_result, args.probe_endpoint, (cold[0], cold[1]))
-    given = {
-        "idle_to_cold_s": args.idle_to_cold_s,
-        "usd_per_mtok_in": args.usd_per_mtok_in,
-        "usd_per_mtok_out": args.usd_per_mtok_out,
-        "itl_s": None if args.serverless_itl_ms is None else args.serverless_itl_ms / 1000,
-    }
-    s = dataclasses.replace(s, ttft=dataclasses.replace(ttft, cold_range_s=(cold[0], cold[1])))
-    return dataclasses.replace(s, **{k: v for k, v in given.items() if v is not None})
-
-
-def _probe_ttft(path: Path, endpoint: str | None, cold: tuple[float, float]) -> TtftDistribution:
-    """The serverless TTFT from `tidegate probe --out`'s probe.json (one endpoint's figures)."""
-    found = orjson.loads(path.read_bytes())
-    rows = [r for r in found.get("endpoints", []) if endpoint is None or r.get("endpoint") == endpoint]
-    rows = [r for r in rows if isinstance(r.get("ttft_ms"), dict)]
-    if len(rows) != 1:
-        names = ", ".join(str(r.get("endpoint")) for r in found.get("endpoints", []))
-        raise ValueError(f"{path}: name one endpoint with --probe-endpoint (measured: {names or 'none'})")
-    ttft = rows[0]["ttft_ms"]
-    return ttft_from_quantiles(float(ttft["median"]), float(ttft["p95"]), cold)
 
 
 def calibrate(
@@ -147,13 +82,19 @@ def calibrate(
     return d, s, notes
 
 
+def _budgets(slo_ms: float) -> list[float]:
+    """The SLO, and budgets below it: a prediction reads the decode batch at admission, and
+    prompts admitted after it lengthen every later step (docs/replay-and-plan.md)."""
+    return [slo_ms, 0.75 * slo_ms, 0.5 * slo_ms]
+
+
 def _grid(args: argparse.Namespace) -> Grid:
     return Grid(
         replicas=args.replicas,
         max_concurrency=args.max_concurrency,
         max_queue_ms=args.max_queue_ms,
         canary_percent=args.canary,
-        ttft_budget_ms=[args.slo_ttft_ms] if args.ttft_budget_ms is None else args.ttft_budget_ms,
+        ttft_budget_ms=_budgets(args.slo_ttft_ms) if args.ttft_budget_ms is None else args.ttft_budget_ms,
         keep_warm_s=args.keep_warm_s,
     )
 
@@ -207,8 +148,8 @@ def _inputs(
     start = None
     try:
         dedicated_endpoint, serverless_endpoint, window_s, max_waiters = _from_config(args)
-        d = _dedicated(args, dedicated_endpoint)
-        s = _serverless(args, serverless_endpoint)
+        d = dedicated_figures(args, dedicated_endpoint)
+        s = serverless_figures(args, serverless_endpoint)
         if args.calibrate:
             d, s, notes = calibrate(args.calibrate, args.admin_key, args.model, d, s)
             console.print("calibrated from " + args.calibrate + ": " + "; ".join(notes))
@@ -309,7 +250,7 @@ _OPTIONS = (
         nargs="*",
         default=None,
         help="also predicted-TTFT admission at these budgets (ceiling: the largest --max-concurrency); "
-        "default: the SLO; none: slots only",
+        "default: the SLO, 3/4 and 1/2 of it; none: slots only",
     ),
     option(
         "--keep-warm-s",
@@ -373,12 +314,20 @@ def add_parser(commands: Any) -> None:
     )
     source.add_argument("--probe-endpoint", help="which endpoint of --probe-result")
     source.add_argument("--window-s", type=float, default=60.0, help="the gateway's latency window")
-    source.add_argument("--prefill-tokens-per-s", type=float)
+    source.add_argument(
+        "--prefill-tokens-per-s", type=float, help="marginal: each prompt token adds 1/this to its step"
+    )
     source.add_argument("--itl-ms", type=float, help="decode step with an empty batch")
-    source.add_argument("--itl-per-seq-ms", type=float, help="decode step growth per running sequence")
-    source.add_argument("--decode-tokens-per-s", type=float)
+    source.add_argument("--itl-per-seq-ms", type=float, help="decode step growth per decoding sequence")
+    source.add_argument("--decode-tokens-per-s", type=float, help="aggregate decode ceiling (default: none)")
     source.add_argument("--overhead-ms", type=float, help="fixed part of a dedicated TTFT")
-    source.add_argument("--max-num-seqs", type=int, help="the engine's own ceiling per replica")
+    source.add_argument("--max-num-seqs", type=int, help="the engine's own ceiling per replica (vLLM: 1024)")
+    source.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="tokens one step carries, prompt chunks included (vLLM: 8192)",
+    )
+    source.add_argument("--kv-capacity-tokens", type=float, help="the KV cache per replica, in tokens")
     source.add_argument("--gpus", type=int, help="GPUs per replica")
     source.add_argument("--gpu-hour-usd", type=float)
     source.add_argument(

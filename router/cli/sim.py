@@ -65,6 +65,12 @@ _OPTIONS = (
     ),
     option("--overhead-ms", type=float, help="dedicated: fixed part of TTFT (default 0)"),
     option(
+        "--max-num-batched-tokens",
+        type=int,
+        help=f"dedicated: tokens a step carries, prompt chunks too (default {_D.max_num_batched_tokens})",
+    ),
+    option("--kv-capacity-tokens", type=float, help="dedicated: the KV cache in tokens (default: unbounded)"),
+    option(
         "--preset",
         choices=sorted(SERVERLESS_PRESETS),
         default="deepseek-a",
@@ -171,6 +177,8 @@ def sim_profile(args: argparse.Namespace) -> SimProfile:
         "itl_per_seq_s": _seconds(args.itl_per_seq_ms),
         "decode_tokens_per_s": args.decode_tokens_per_s,
         "overhead_s": _seconds(args.overhead_ms),
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "kv_capacity_tokens": args.kv_capacity_tokens,
         "serverless_itl_s": _seconds(args.serverless_itl_ms),
         "idle_to_cold_s": args.idle_to_cold_s,
     }
@@ -198,6 +206,8 @@ def _calibrated(profile: SimProfile, name: str) -> SimProfile:
             itl_per_seq_s=d.itl_per_seq_s,
             decode_tokens_per_s=d.decode_tokens_per_s,
             overhead_s=d.overhead_s,
+            max_num_batched_tokens=d.max_num_batched_tokens,
+            kv_capacity_tokens=d.kv_capacity_tokens,
         )
     if name not in calibration.SERVERLESS:
         raise ValueError(f"--calibration {name} is a dedicated calibration; this is a serverless sim")

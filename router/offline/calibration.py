@@ -5,11 +5,14 @@ Every figure is a parameter: a calibration is only the defaults a command starts
 each command-line flag overrides its own figure.
 
 `deepseek-r1-h200` is one 8xH200 node serving a DeepSeek-R1-class model with vLLM (TP 8):
-- prefill ~16.5k prompt tokens/s marginal (vLLM schedules it in 8,192-token steps,
-  `max_num_batched_tokens`; the model uses the marginal rate, one FIFO budget per replica);
+- prefill ~16.5k prompt tokens/s marginal: each prompt token adds 1/16,500 s to the step it
+  rides in (vLLM puts prompt chunks and decode tokens in one step, up to 8,192 tokens);
 - decode step 18.6 ms + 0.1 ms per running sequence;
+- KV cache ~600k tokens (MLA's latent, ~70 KB a token in FP8, replicated on each of the 8
+  GPUs: 141 GB x 0.9 less 84 GB of weights per GPU);
 - ~80 ms fixed time to first token (scheduling, sampling, detokenisation);
-- $4.41 per GPU-hour, 8 GPUs: $35.28 per node-hour.
+- $6.31 per H200 GPU-hour (CoreWeave's list), 8 GPUs: $50.48 per node-hour. At an H100 rate
+  ($4.41, what this calibration used before) the node is $35.28: pass `--gpu-hour-usd 4.41`.
 The figures are fitted to GPUStack's published DeepSeek-R1 on H200 throughput runs and the vLLM
 DeepSeek recipes (sources in docs/replay-and-plan.md).
 
@@ -21,9 +24,15 @@ That pair is the regime where serverless wins (a full node costs more per token 
 The open-weight pairs are the regime tidegate exists for, where a reserved GPU that is busy
 enough is cheaper per token than the same model's API:
 - `llama-8b-h100`: Llama 3.1 8B (BF16) on one H100 SXM with vLLM, paired with
-  `llama-8b-together` ($0.18 / $0.18 per M tokens) and `llama-8b-wandb` ($0.22 / $0.22);
+  `llama-8b-together` ($0.18 / $0.18 per M tokens), `llama-8b-wandb` ($0.22 / $0.22) and the
+  cheap partners `llama-8b-groq` ($0.05 / $0.08) and `llama-8b-deepinfra` ($0.02 / $0.03);
 - `llama-70b-fp8-2xh100`: Llama 3.1/3.3 70B in FP8 on two H100 SXM (TP 2), paired with
-  `llama-70b-together` ($0.88 / $0.88) and `llama-70b-wandb` ($0.80 / $0.80).
+  `llama-70b-together` ($0.88 / $0.88), `llama-70b-wandb` ($0.80 / $0.80) and
+  `llama-70b-deepinfra` ($0.40 / $0.40).
+Every dedicated calibration runs vLLM V1's defaults: `max_num_seqs` 1024 and
+`max_num_batched_tokens` 8,192; what binds first is the KV cache (`kv_capacity_tokens`).
+The shared-step engine (router/engine) turns these figures into steps; docs/simulator.md checks
+it against published measurements.
 docs/economics.md cites every figure and shows the arithmetic of those derived from a
 datasheet (decode steps from weight bytes over memory bandwidth, prefill from FLOPs).
 """
@@ -35,6 +44,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from router.engine.spec import VLLM_MAX_NUM_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS, EngineSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,31 +104,43 @@ class ColdLoad:
 
 @dataclass(frozen=True, slots=True)
 class DedicatedCalibration:
-    prefill_tokens_per_s: float
+    prefill_tokens_per_s: float  # marginal: a prompt token adds 1/this to its step
     itl_s: float  # decode step with an empty batch
-    itl_per_seq_s: float  # added to the step per running sequence
+    itl_per_seq_s: float  # added to the step per decoding sequence
     decode_tokens_per_s: float  # aggregate decode ceiling (inf: the step formula alone)
-    overhead_s: float  # fixed part of every time to first token
+    overhead_s: float  # fixed part of every time to first token (off the GPU)
     max_num_seqs: int  # the engine's own ceiling; the rest queue FIFO inside it
     gpus: int
     gpu_hour_usd: float
+    kv_capacity_tokens: float = float("inf")
+    max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS
 
     @property
     def usd_per_hour(self) -> float:
         return self.gpus * self.gpu_hour_usd
 
     @property
+    def engine(self) -> EngineSpec:
+        """These figures as the shared-step engine's (router/engine/spec.py)."""
+        return EngineSpec(
+            step_fixed_s=self.itl_s,
+            step_per_seq_s=self.itl_per_seq_s,
+            step_per_prompt_token_s=1.0 / self.prefill_tokens_per_s,
+            decode_tokens_per_s=self.decode_tokens_per_s,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+        )
+
+    @property
     def decode_capacity_tokens_per_s(self) -> float:
-        """What a replica decodes per second with its engine full (the step formula, capped)."""
-        full = self.max_num_seqs / (self.itl_s + self.itl_per_seq_s * self.max_num_seqs)
-        return min(full, self.decode_tokens_per_s)
+        """What a replica decodes per second with `max_num_seqs` decoding and no prompt."""
+        return self.engine.decode_capacity_tokens_per_s()
 
     def tasks_per_hour(self, mean_in: float, mean_out: float) -> float:
-        """Tasks of this mean size a replica can take an hour: the tighter of its prefill and
-        its decode (the model runs them side by side, router/offline/planner/model.py)."""
-        prefill = self.prefill_tokens_per_s / max(mean_in, 1.0)
-        decode = self.decode_capacity_tokens_per_s / max(mean_out, 1.0)
-        return min(prefill, decode) * 3600
+        """Tasks of this mean size a full replica completes an hour: prefill and decode share
+        its steps, so their seconds add (router/engine/spec.py)."""
+        return self.engine.tasks_per_hour(mean_in, mean_out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,35 +160,45 @@ DEDICATED = MappingProxyType(
             itl_per_seq_s=0.0001,
             decode_tokens_per_s=float("inf"),
             overhead_s=0.080,
-            max_num_seqs=256,
+            max_num_seqs=VLLM_MAX_NUM_SEQS,
             gpus=8,
-            gpu_hour_usd=4.41,
+            gpu_hour_usd=6.31,
+            kv_capacity_tokens=600_000,
         ),
+        # 16.1 GB of BF16 weights on 80 GB at 0.9 utilisation leaves ~54 GB: 415k tokens of
+        # 128 KiB (32 layers x 8 KV heads x 128 x 2 x 2 bytes)
         "llama-8b-h100": DedicatedCalibration(
             prefill_tokens_per_s=25_000.0,
             itl_s=0.0062,
-            itl_per_seq_s=0.00008,
-            decode_tokens_per_s=12_500.0,
+            itl_per_seq_s=0.00006,
+            decode_tokens_per_s=float("inf"),
             overhead_s=0.050,
-            max_num_seqs=256,
+            max_num_seqs=VLLM_MAX_NUM_SEQS,
             gpus=1,
             gpu_hour_usd=4.41,
+            kv_capacity_tokens=415_000,
         ),
+        # NIM measures the decode step at 18.6-18.9 ms; prefill is FP8's 1,979 TFLOPS x 2 GPUs
+        # at ~50% MFU over 141 GFLOP a token; KV: 2 x (72 - 35.3 - 1.5) GB over 320 KiB a token
+        # (vLLM's default BF16 KV cache; FP8 KV doubles it)
         "llama-70b-fp8-2xh100": DedicatedCalibration(
-            prefill_tokens_per_s=11_000.0,
-            itl_s=0.015,
+            prefill_tokens_per_s=14_000.0,
+            itl_s=0.01875,
             itl_per_seq_s=0.0001,
             decode_tokens_per_s=float("inf"),
             overhead_s=0.080,
-            max_num_seqs=128,
+            max_num_seqs=VLLM_MAX_NUM_SEQS,
             gpus=2,
             gpu_hour_usd=4.41,
+            kv_capacity_tokens=215_000,
         ),
     }
 )
 
 
-def _open_weight_api(usd_per_mtok: float, itl_s: float) -> ServerlessCalibration:
+def _open_weight_api(
+    usd_per_mtok: float, itl_s: float, usd_per_mtok_out: float | None = None
+) -> ServerlessCalibration:
     """A pay-per-token open-weight endpoint: one price for input and output (the providers'
     list), the field notes' warm TTFT shape (provider A) and the same scale-to-zero as
     `deepseek-serverless`."""
@@ -174,7 +207,7 @@ def _open_weight_api(usd_per_mtok: float, itl_s: float) -> ServerlessCalibration
         itl_s=itl_s,
         idle_to_cold_s=60.0,
         usd_per_mtok_in=usd_per_mtok,
-        usd_per_mtok_out=usd_per_mtok,
+        usd_per_mtok_out=usd_per_mtok if usd_per_mtok_out is None else usd_per_mtok_out,
     )
 
 
@@ -189,8 +222,11 @@ SERVERLESS = MappingProxyType(
         ),
         "llama-8b-together": _open_weight_api(0.18, itl_s=0.010),
         "llama-8b-wandb": _open_weight_api(0.22, itl_s=0.010),
+        "llama-8b-groq": _open_weight_api(0.05, itl_s=0.004, usd_per_mtok_out=0.08),
+        "llama-8b-deepinfra": _open_weight_api(0.02, itl_s=0.010, usd_per_mtok_out=0.03),
         "llama-70b-together": _open_weight_api(0.88, itl_s=0.020),
         "llama-70b-wandb": _open_weight_api(0.80, itl_s=0.020),
+        "llama-70b-deepinfra": _open_weight_api(0.40, itl_s=0.020),
     }
 )
 
@@ -199,7 +235,7 @@ SERVERLESS = MappingProxyType(
 PARTNERS = MappingProxyType(
     {
         "deepseek-r1-h200": ("deepseek-serverless",),
-        "llama-8b-h100": ("llama-8b-together", "llama-8b-wandb"),
-        "llama-70b-fp8-2xh100": ("llama-70b-together", "llama-70b-wandb"),
+        "llama-8b-h100": ("llama-8b-together", "llama-8b-wandb", "llama-8b-groq", "llama-8b-deepinfra"),
+        "llama-70b-fp8-2xh100": ("llama-70b-together", "llama-70b-wandb", "llama-70b-deepinfra"),
     }
 )

@@ -73,6 +73,8 @@ class SimProfile:
     itl_per_seq_s: float = 0.0  # the decode step grows this much per running sequence
     decode_tokens_per_s: float = 1600.0  # the replica's aggregate decode rate
     overhead_s: float = 0.0  # fixed time to first token on top of the prefill (scheduling, sampling)
+    max_num_batched_tokens: int = 8192  # tokens one step carries, prompt chunks included (vLLM V1)
+    kv_capacity_tokens: float = float("inf")  # the KV cache in tokens (a sequence holds prompt + output)
     # serverless
     ttft: TtftDistribution = field(default_factory=TtftDistribution)
     serverless_itl_s: float = 0.015

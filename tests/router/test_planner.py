@@ -26,20 +26,30 @@ S = dataclasses.replace(
 SYSTEM = System(D, S)
 
 
-def test_a_lone_request_sees_prefill_plus_overhead_then_one_decode_step_per_token():
+B = 1 / D.prefill_tokens_per_s  # a prompt token's share of its step
+
+
+def test_a_lone_request_is_prefilled_in_chunked_steps_then_decodes_one_token_per_step():
     [r] = simulate([Arrival(0.0, 16_500, 11)], Plan(1, 16), SYSTEM)
     assert r["route"] == dedicated_route(0)
-    assert r["ttft_ms"] == pytest.approx(1000 * (1.0 + D.overhead_s))
+    # 8,192 + 8,192 + 116 prompt tokens: three steps, each with its fixed part
+    assert r["ttft_ms"] == pytest.approx(1000 * (3 * D.itl_s + 16_500 * B + D.overhead_s))
     step = D.itl_s + D.itl_per_seq_s * 1
     assert r["e2e_ms"] == pytest.approx(r["ttft_ms"] + 1000 * 10 * step)
 
 
-def test_prompts_arriving_together_share_one_prefill_budget_in_order():
+def test_prompts_arriving_together_share_steps_in_order_and_slow_the_sequences_decoding_beside_them():
     rows = [Arrival(0.0, 8_250, 2), Arrival(0.0, 8_250, 2), Arrival(0.0, 16_500, 2)]
     first, second, third = simulate(rows, Plan(1, 16), SYSTEM)
-    assert first["ttft_ms"] == pytest.approx(1000 * (0.5 + D.overhead_s))
-    assert second["ttft_ms"] == pytest.approx(1000 * (1.0 + D.overhead_s))
-    assert third["ttft_ms"] == pytest.approx(1000 * (2.0 + D.overhead_s))
+    s1 = s2 = D.itl_s + 8192 * B  # the first's 8,192, then its last 58 and the second's 8,134
+    s3 = D.itl_s + D.itl_per_seq_s + 8191 * B  # the first decodes; the second's last 116, the third's 8,075
+    s4 = D.itl_s + D.itl_per_seq_s + 8191 * B  # the second decodes; the third's next 8,191
+    s5 = D.itl_s + 234 * B  # the third's last 234
+    overhead = 1000 * D.overhead_s
+    assert first["ttft_ms"] == pytest.approx(1000 * (s1 + s2) + overhead)
+    assert first["e2e_ms"] == pytest.approx(1000 * (s1 + s2 + s3) + overhead)  # one decode step, a long one
+    assert second["ttft_ms"] == pytest.approx(1000 * (s1 + s2 + s3) + overhead)
+    assert third["ttft_ms"] == pytest.approx(1000 * (s1 + s2 + s3 + s4 + s5) + overhead)
 
 
 def test_a_full_pool_spills_at_once_without_a_wait_in_line():
@@ -54,7 +64,7 @@ def test_a_wait_in_line_takes_the_slot_when_it_frees_in_time_and_spills_when_it_
     quick = [Arrival(0.0, 1000, 2), Arrival(0.01, 1000, 2)]
     _, waited = simulate(quick, Plan(1, 1, max_queue_ms=5000), SYSTEM)
     assert waited["route"] == dedicated_route(0)
-    first_done_s = 1000 / D.prefill_tokens_per_s + D.overhead_s + D.itl_s + D.itl_per_seq_s
+    first_done_s = D.itl_s + 1000 * B + D.itl_s + D.itl_per_seq_s
     assert waited["ttft_ms"] > 1000 * (first_done_s - 0.01)  # it waited for the first to finish
     slow = [Arrival(0.0, 1000, 2000), Arrival(0.01, 1000, 2)]
     _, spilled = simulate(slow, Plan(1, 1, max_queue_ms=200), SYSTEM)
@@ -214,24 +224,29 @@ def test_a_time_lapse_below_a_constants_floor_is_refused_naming_the_key():
 
 
 def test_predicted_admission_admits_while_the_prefill_fits_and_spills_the_rest_at_once():
-    # 16,500 tokens/s + 80 ms: three 16,500-token prompts at once are 1.08, 2.08 and 3.08 s
+    # full 8,192-token chunks drain at 8,192 / (18.6 ms + 8,192 / 16,500 s) = 15,904 tokens/s: three
+    # 16,500-token prompts at once are predicted at 1.12, 2.16 and 3.19 s with the 80 ms
     rows = [Arrival(0.0, 16_500, 2) for _ in range(3)]
     records = simulate(rows, Plan(1, 256, ttft_budget_ms=2_500), SYSTEM)
     assert [r["route"] for r in records] == [dedicated_route(0), dedicated_route(0), SERVERLESS_ROUTE]
     assert records[2]["reason"] == "predicted_slow"
-    assert records[1]["ttft_ms"] == pytest.approx(1000 * (2.0 + D.overhead_s))
+    # the second's 16,500 tokens ride in five steps after the first's, one beside the first's last token
+    expected_s = 5 * D.itl_s + D.itl_per_seq_s + 33_000 * B + D.overhead_s
+    assert records[1]["ttft_ms"] == pytest.approx(1000 * expected_s)
 
 
 def test_predicted_admission_beats_every_fixed_cap_on_the_bursty_slice_and_matches_the_best_on_the_steady():
     """The model's view of issue 18's first acceptance line, on the trace slices kept here:
     admission against the prefill queue, with a serverless route that stays warm (a
-    scale-to-zero one: the test below)."""
+    scale-to-zero one: the test below). The budget is 3/4 of the SLO: the prediction reads the
+    decode batch at admission, and prompts admitted later lengthen every step after it (with
+    the shared-step engine a budget at the SLO attains 0.958 on the code slice, a cap of 16 0.996)."""
     system = System(D, dataclasses.replace(SERVERLESS["deepseek-serverless"], idle_to_cold_s=0.0))
     figures = {"slo_ttft_ms": 2000.0, "span_s": 600.0}
     for name, start in (("code", 0), ("conv", 0)):
         rows = window(load(TRACES / f"AzureLLMInferenceTrace_{name}_20min.csv"), start, 10)
         caps = [evaluate(rows, Plan(1, c), system, **figures) for c in (16, 32, 64)]
-        predicted = evaluate(rows, Plan(1, 256, ttft_budget_ms=2000), system, **figures)
+        predicted = evaluate(rows, Plan(1, 256, ttft_budget_ms=1500), system, **figures)
         best = max(caps, key=lambda r: (r["slo_attainment"], -r["cost_usd"]))
         assert predicted["slo_attainment"] >= best["slo_attainment"], (name, predicted, best)
         cheapest = min(r["cost_per_slo_success_usd"] for r in caps)

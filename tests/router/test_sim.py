@@ -44,11 +44,9 @@ def test_dedicated_engine_serves_at_most_max_concurrency_and_queues_fifo():
                 await seq.next_token()
 
     async def run() -> None:
-        tasks = []
-        for i in range(10):
-            tasks.append(asyncio.create_task(request(i)))
-            await asyncio.sleep(0)  # arrive in order
-        await asyncio.gather(*tasks)
+        # tasks start in the order they were made, all in one turn of the loop: ten arrivals
+        # in order before any step of the engine ends
+        await asyncio.gather(*(asyncio.create_task(request(i)) for i in range(10)))
 
     asyncio.run(run())
     c = engine.counters
@@ -58,22 +56,26 @@ def test_dedicated_engine_serves_at_most_max_concurrency_and_queues_fifo():
     assert (c.completed, c.running, c.queued) == (10, 0, 0)
 
 
-def test_dedicated_prefill_is_one_shared_budget():
-    profile = SimProfile(kind=Kind.DEDICATED, prefill_tokens_per_s=1000.0)
+def test_a_dedicated_prompt_waits_for_the_step_in_progress_then_shares_the_next():
+    """The simulator runs the shared-step engine: a prompt arriving while another is being
+    prefilled joins the next step, so its first token comes after both prefills (the model's
+    own timing is checked in model time in tests/router/test_engine.py)."""
+    profile = SimProfile(kind=Kind.DEDICATED, prefill_tokens_per_s=1000.0, time_scale=20.0)
     engine = Engine(lambda: profile)
-    first = engine.time_to_first_token(500)  # 0.5 s of prefill
-    second = engine.time_to_first_token(500)  # waits for the first prefill, then its own
-    assert first == pytest.approx(0.5, abs=0.01)
-    assert second == pytest.approx(1.0, abs=0.01)
+    order: list[int] = []
 
+    async def request(i: int) -> None:
+        async with engine.sequence(500) as seq:
+            await seq.first_token()
+            order.append(i)
 
-def test_dedicated_decode_slows_every_sequence_when_the_batch_outgrows_the_rate():
-    profile = SimProfile(kind=Kind.DEDICATED, itl_s=0.02, decode_tokens_per_s=100.0, max_concurrency=64)
-    engine = Engine(lambda: profile)
-    engine.counters.running = 1
-    assert engine.inter_token_interval() == pytest.approx(0.02)
-    engine.counters.running = 10
-    assert engine.inter_token_interval() == pytest.approx(0.1)  # 100 tok/s shared by 10
+    async def run() -> None:
+        await asyncio.gather(request(0), request(1))
+
+    asyncio.run(run())
+    first, second = engine.counters.first_token_delays_s
+    assert order == [0, 1]
+    assert second > 1.5 * first  # its own prefill came after the first's whole step
 
 
 def test_cancelled_waiter_gives_up_its_place():
@@ -88,8 +90,8 @@ def test_cancelled_waiter_gives_up_its_place():
                 await hold.wait()
 
         async def waiter() -> None:
-            async with engine.sequence(1):
-                pass
+            async with engine.sequence(1) as seq:
+                await seq.first_token()  # never: the one slot is held
 
         h = asyncio.create_task(holder())
         await asyncio.sleep(0)
@@ -112,13 +114,13 @@ def test_cold_start_after_idle_gap_adds_a_load_delay():
     now = [0.0]
     engine = Engine(lambda: profile, clock=lambda: now[0])
     now[0] = 1.0
-    warm = engine.time_to_first_token(1)
+    warm = engine.serverless_ttft_s()
     now[0] = 100.0  # idle for 99 s
-    cold = engine.time_to_first_token(1)
+    cold = engine.serverless_ttft_s()
     now[0] = 101.0  # a second into the load: waits for the rest of it, no second load
-    during = engine.time_to_first_token(1)
+    during = engine.serverless_ttft_s()
     now[0] = 100.0 + cold + 1.0  # after it
-    warm_again = engine.time_to_first_token(1)
+    warm_again = engine.serverless_ttft_s()
     assert engine.counters.cold_starts == 1
     assert max(warm, warm_again) < 1.0
     assert cold >= 20.0  # the model load

@@ -2,13 +2,11 @@
 what `tidegate plan` runs instead of HTTP, minutes of trace in a fraction of a second.
 
 It models the same system `tidegate replay` measures, piece by piece:
-- **a dedicated replica** as the simulator (router/sim/engine.py) runs one: the engine admits
-  up to `max_num_seqs` sequences and queues the rest FIFO; prefill is one FIFO budget of
-  `prefill_tokens_per_s` for the whole replica, plus a fixed `overhead_s` to the first token;
-  every running sequence then decodes one token per step, and the step grows with the batch
-  (`itl_s + itl_per_seq_s x running`, at least `running / decode_tokens_per_s`). Decoding is
-  modelled as a fluid: all decoding sequences of a replica advance together on one virtual
-  token clock, so an event costs O(log n), not one event per token;
+- **a dedicated replica** as the simulator runs one: the shared-step vLLM V1 engine
+  (router/engine/replica.py), where prompt chunks and decode tokens share each step, at most
+  `max_num_seqs` run and the KV cache holds what runs; plus a fixed `overhead_s` to the first
+  token. Runs of alike decode steps are one event, so an arrival, a prefill step or a finish
+  costs O(log n), not one event per token;
 - **serverless** as the simulator runs it: TTFT drawn from the calibration's distribution, plus
   a cold load when the route was idle longer than `idle_to_cold_s` (every request arriving
   during the load waits for its end: router/offline/calibration.py `ColdLoad`), then a fixed
@@ -27,12 +25,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from router.engine.replica import Replica
 from router.offline.calibration import ColdLoad
 from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route, keep_warm_times
 from router.offline.replay import Arrival
@@ -55,14 +55,9 @@ class _Request:
 @dataclass(slots=True)
 class _Replica:
     index: int
+    engine: Replica
     slots_used: int = 0
-    running: int = 0
-    prefill_free_at: float = 0.0
-    virtual: float = 0.0  # tokens every decoding sequence has produced since t=0
-    virtual_at: float = 0.0
-    decoding: list[tuple[float, int]] = field(default_factory=list)  # (finish tag, request)
-    engine_queue: deque[int] = field(default_factory=deque)
-    version: int = 0
+    pushed: int = -1  # the engine version whose step end is in the event heap
     pending_tokens: int = 0  # admitted, not yet at the first token (predicted-TTFT admission)
 
 
@@ -79,7 +74,8 @@ class _Run:
             for request in self._requests:
                 request.batch = picks.random() < system.batch_share
         self._batch_waiters: deque[int] = deque()
-        self._replicas = [_Replica(i) for i in range(plan.replicas)]
+        spec = system.dedicated.engine
+        self._replicas = [_Replica(i, Replica(spec)) for i in range(plan.replicas)]
         self._events: list[tuple[float, int, str, int, int]] = []
         self._order = itertools.count()
         self._waiters: deque[int] = deque()  # requests waiting in line on the first replica
@@ -88,7 +84,6 @@ class _Run:
         self._ttft_window = TimeWindow()  # serverless first tokens
         # only a wait in line reads the windows (the expected wait against the spill's p95)
         self._windowed = bool(self._replicas) and plan.max_queue_ms > 0 and plan.ttft_budget_ms is None
-        self._steps: dict[int, float] = {}  # decode step by batch size
 
     def records(self) -> list[dict[str, Any]]:
         order = self._order
@@ -100,8 +95,8 @@ class _Run:
         # arrivals were numbered before every event
         self._events = [(at, next(order), "warm", 0, 0) for at in keep_warm_times(self._plan, until)]
         handlers = {
-            "first": self._first_token,
-            "decode": self._decode_check,
+            "step": self._step,
+            "free": self._free,
             "timeout": self._timeout,
             "batch_timeout": self._batch_timeout,
             "warm": self._warm,
@@ -170,7 +165,8 @@ class _Run:
             self._serverless(now, request, "saturated")
             return
         for replica in open_:
-            predicted_ms = 1000 * (d.overhead_s + (replica.pending_tokens + tokens) / d.prefill_tokens_per_s)
+            rate = replica.engine.spec.prefill_rate(replica.engine.decoding)  # what the line learns
+            predicted_ms = 1000 * (d.overhead_s + (replica.pending_tokens + tokens) / rate)
             if predicted_ms <= budget_ms:
                 self._take(now, replica, request)
                 return
@@ -274,73 +270,46 @@ class _Run:
 
     def _admit(self, now: float, replica: _Replica, request: _Request) -> None:
         request.route = dedicated_route(replica.index)
-        if replica.running < self._system.dedicated.max_num_seqs and not replica.engine_queue:
-            self._start(now, replica, request)
-        else:
-            replica.engine_queue.append(request.index)
+        arrival = request.arrival
+        replica.engine.submit(now, request.index, arrival.input_tokens, max(1, arrival.output_tokens))
+        self._sync(replica)
 
-    def _step_s(self, running: int) -> float:
-        step = self._steps.get(running)
-        if step is None:  # a function of the batch size alone: computed once per size
-            d = self._system.dedicated
-            step = self._steps[running] = max(
-                d.itl_s + d.itl_per_seq_s * running, running / d.decode_tokens_per_s
-            )
-        return step
+    def _sync(self, replica: _Replica) -> None:
+        """Schedule the end of the replica's step in progress, whenever it changed."""
+        engine = replica.engine
+        if engine.version != replica.pushed:
+            replica.pushed = engine.version
+            if engine.step_end_at < math.inf:
+                self._push(engine.step_end_at, "step", replica.index, engine.version)
 
-    def _advance(self, now: float, replica: _Replica) -> None:
-        replica.virtual += (now - replica.virtual_at) / self._step_s(replica.running)
-        replica.virtual_at = now
-
-    def _start(self, now: float, replica: _Replica, request: _Request) -> None:
-        d = self._system.dedicated
-        self._advance(now, replica)
-        replica.running += 1
-        begin = max(now, replica.prefill_free_at)
-        replica.prefill_free_at = begin + request.arrival.input_tokens / d.prefill_tokens_per_s
-        request.first_token_at = replica.prefill_free_at + d.overhead_s
-        self._push(request.first_token_at, "first", replica.index, request.index)
-        self._reschedule(now, replica)
-
-    def _first_token(self, now: float, replica_index: int, index: int) -> None:
+    def _step(self, now: float, replica_index: int, version: int) -> None:
         replica = self._replicas[replica_index]
-        request = self._requests[index]
-        if self._plan.ttft_budget_ms is not None:
-            replica.pending_tokens -= request.arrival.input_tokens
-        self._advance(now, replica)
-        remaining = request.arrival.output_tokens - 1
-        if remaining <= 0:
-            self._finish(now, replica, request)
-        else:
-            heapq.heappush(replica.decoding, (replica.virtual + remaining, index))
-        self._reschedule(now, replica)
-
-    def _decode_check(self, now: float, replica_index: int, version: int) -> None:
-        replica = self._replicas[replica_index]
-        if version != replica.version:
-            return  # the batch changed since this was scheduled
-        self._advance(now, replica)
-        while replica.decoding and replica.decoding[0][0] <= replica.virtual + 1e-9:
-            _, index = heapq.heappop(replica.decoding)
-            self._finish(now, replica, self._requests[index])
-        self._reschedule(now, replica)
+        engine = replica.engine
+        if version != engine.version:
+            return  # the step was cut short since this was scheduled
+        engine.end_step(now)
+        for kind, index in engine.drain():
+            request = self._requests[index]
+            if kind == "first":
+                request.first_token_at = now + self._system.dedicated.overhead_s
+                if self._plan.ttft_budget_ms is not None:
+                    replica.pending_tokens -= request.arrival.input_tokens
+            elif kind == "done":
+                self._finish(now, replica, request)
+        self._sync(replica)
 
     def _finish(self, now: float, replica: _Replica, request: _Request) -> None:
-        request.done_at = now
-        replica.running -= 1
+        # the gateway sees every token `overhead_s` after the GPU made it (the first one too),
+        # and holds the slot until the last one has reached it
+        request.done_at = now + self._system.dedicated.overhead_s
+        self._push(request.done_at, "free", replica.index, request.index)
+
+    def _free(self, now: float, replica_index: int, index: int) -> None:
+        replica = self._replicas[replica_index]
         if replica.index == 0 and self._windowed:
             self._e2e_window.drop_before(now - self._system.window_s)
-            self._e2e_window.append(now, now - request.arrival.at_s)
-        while replica.engine_queue and replica.running < self._system.dedicated.max_num_seqs:
-            self._start(now, replica, self._requests[replica.engine_queue.popleft()])
+            self._e2e_window.append(now, now - self._requests[index].arrival.at_s)
         self._release_slot(now, replica)
-
-    def _reschedule(self, now: float, replica: _Replica) -> None:
-        replica.version += 1
-        if replica.decoding:
-            tokens_left = max(0.0, replica.decoding[0][0] - replica.virtual)
-            at = now + tokens_left * self._step_s(replica.running)
-            self._push(at, "decode", replica.index, replica.version)
 
     def _record(self, r: _Request) -> dict[str, Any]:
         overhead = self._system.gateway_overhead_s

@@ -26,7 +26,7 @@ from router.offline.replay import Arrival, Pricing, summary
 @dataclass(frozen=True, slots=True)
 class Grid:
     replicas: Sequence[int] = (0, 1, 2)
-    max_concurrency: Sequence[int] = (8, 16, 32, 64)
+    max_concurrency: Sequence[int] = (8, 16, 32, 64, 128, 256)
     max_queue_ms: Sequence[float] = (0.0, 250.0, 1000.0)
     canary_percent: Sequence[float] = (100.0, 75.0, 50.0)
     # predicted-TTFT admission (routing.admission predicted_ttft) at these budgets, with the
