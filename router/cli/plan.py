@@ -273,6 +273,13 @@ _OPTIONS = (
         help="--schedule: a replica added is paid this long before it serves (loading)",
     ),
     option(
+        "--warm-floor",
+        type=int,
+        default=0,
+        help="--schedule: keep at least this many replicas every hour (otherwise an hour keeps a "
+        "replica only where it costs less than serverless meeting the SLO)",
+    ),
+    option(
         "--trace-start",
         help="--schedule: the first row's UTC date and time (default: an Azure CSV's first timestamp)",
     ),

@@ -30,6 +30,7 @@ from router.offline.planner.schedule import (
     plan_hours,
     slots_per_replica,
     week_counts,
+    why,
 )
 from router.offline.replay import Arrival, detect, first_azure_time
 
@@ -74,7 +75,8 @@ def run(
             jobs=args.jobs,
         )
     provision_usd = system.dedicated.usd_per_hour * args.provision_s / HOUR_S
-    chosen = choose_counts(options, provision_usd)
+    floor = args.warm_floor
+    chosen = choose_counts(options, provision_usd, floor)
     week = week_counts(chosen, first_hour)
     base, entries = config_schedule(week)
     slots = slots_per_replica(options, chosen)
@@ -88,11 +90,13 @@ def run(
         },
         "slo": {"ttft_ms": args.slo_ttft_ms, "target_attainment": args.target},
         "provision_s": args.provision_s,
+        "warm_floor": floor,
         "week": week,
         "config": {"replicas": base, **pool, "schedule": entries},
         "compare": compare(options, chosen, provision_usd, args.target),
         "hours": [
-            _hour_row(start, i, opts, r) for i, (opts, r) in enumerate(zip(options, chosen, strict=True))
+            _hour_row(start, i, opts, r, floor)
+            for i, (opts, r) in enumerate(zip(options, chosen, strict=True))
         ],
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +106,9 @@ def run(
     return 0
 
 
-def _hour_row(start: datetime, index: int, options: dict[int, Any], replicas: int) -> dict[str, Any]:
+def _hour_row(
+    start: datetime, index: int, options: dict[int, Any], replicas: int, floor: int
+) -> dict[str, Any]:
     o = options[replicas]
     return {
         "hour": index,
@@ -113,6 +119,7 @@ def _hour_row(start: datetime, index: int, options: dict[int, Any], replicas: in
         "dedicated_usd": round(o.dedicated_usd, 6),
         "serverless_usd": round(o.serverless_usd, 6),
         "slo_met": o.meets,
+        "why": why(options, replicas, floor),
     }
 
 

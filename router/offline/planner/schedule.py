@@ -28,6 +28,8 @@ from router.offline.planner.sweep import evaluate
 from router.offline.planner.workers import in_processes
 from router.offline.replay import Arrival
 
+SERVERLESS_KEEP_WARM_S = 30.0  # under the calibrations' 60 s scale-to-zero
+
 
 @dataclass(frozen=True, slots=True)
 class HourOption:
@@ -72,7 +74,12 @@ def hour_options(
     first, then the cheapest)."""
     found: dict[int, HourOption] = {}
     for replicas in counts:
-        plans = [Plan(0)] if replicas == 0 else [Plan(replicas, c) for c in concurrency]
+        # serverless alone, also kept warm: a quiet hour's cold loads are not a reason for a replica
+        plans = (
+            [Plan(0), Plan(0, keep_warm_s=SERVERLESS_KEEP_WARM_S)]
+            if replicas == 0
+            else [Plan(replicas, c) for c in concurrency]
+        )
         options = [_option(rows, plan, system, slo_ttft_ms, target) for plan in plans]
         found[replicas] = min(options, key=lambda o: (not o.meets, o.cost_usd))
     return found
@@ -103,10 +110,15 @@ def _option(
     )
 
 
-def choose_counts(options: Sequence[dict[int, HourOption]], provision_usd: float) -> list[int]:
+def choose_counts(
+    options: Sequence[dict[int, HourOption]], provision_usd: float, floor: int = 0
+) -> list[int]:
     """The count per hour that costs least over the trace, each hour meeting the SLO where any
-    count does (else the hour's best attainment), adding a replica costing `provision_usd`."""
-    allowed = [_allowed(hour) for hour in options]
+    count does (else the hour's best attainment), adding a replica costing `provision_usd`.
+    No hour keeps a replica that costs more than serverless meeting the SLO in that hour (a
+    replica kept to save its next provisioning is not one the traffic asked for), and every
+    hour has at least `floor` replicas (a stated warm floor)."""
+    allowed = [_allowed(hour, floor) for hour in options]
     best: dict[int, tuple[float, list[int]]] = {0: (0.0, [])}
     for hour, counts in zip(options, allowed, strict=True):
         step: dict[int, tuple[float, list[int]]] = {}
@@ -123,12 +135,37 @@ def choose_counts(options: Sequence[dict[int, HourOption]], provision_usd: float
     return min(best.values(), key=lambda found: found[0])[1]
 
 
-def _allowed(hour: dict[int, HourOption]) -> list[int]:
-    meeting = [r for r, o in hour.items() if o.meets]
+def _allowed(hour: dict[int, HourOption], floor: int = 0) -> list[int]:
+    above = {r: o for r, o in hour.items() if r >= floor} or {max(hour): hour[max(hour)]}
+    meeting = [r for r, o in above.items() if o.meets]
     if meeting:
+        serverless = above.get(0)
+        if serverless is not None and serverless.meets:
+            return [r for r in meeting if hour[r].cost_usd <= serverless.cost_usd]
         return meeting
-    top = max(o.slo_successes for o in hour.values())
-    return [r for r, o in hour.items() if o.slo_successes == top]
+    top = max(o.slo_successes for o in above.values())
+    return [r for r, o in above.items() if o.slo_successes == top]
+
+
+def why(hour: dict[int, HourOption], replicas: int, floor: int = 0) -> str:
+    """The reason an hour has its count, in words (`tidegate plan --schedule` prints it)."""
+    chosen, serverless = hour[replicas], hour.get(0)
+    if replicas and replicas <= floor:
+        return f"the warm floor of {floor}"
+    if serverless is None:
+        return f"${chosen.cost_usd:.2f} with {replicas} (no serverless count modelled)"
+    if not replicas:
+        return (
+            f"serverless meets the SLO for ${serverless.cost_usd:.2f}"
+            if serverless.meets
+            else (
+                f"serverless: no count meets the SLO "
+                f"({serverless.slo_successes:.0f} of {serverless.requests} in it)"
+            )
+        )
+    if not serverless.meets:
+        return f"serverless misses the SLO even kept warm; {replicas} meets it for ${chosen.cost_usd:.2f}"
+    return f"${chosen.cost_usd:.2f} with {replicas} against ${serverless.cost_usd:.2f} serverless"
 
 
 def totals(
