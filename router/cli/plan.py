@@ -85,16 +85,17 @@ def calibrate(
 def _budgets(slo_ms: float) -> list[float]:
     """The SLO, and budgets below it: a prediction reads the decode batch at admission, and
     prompts admitted after it lengthen every later step (docs/replay-and-plan.md)."""
-    return [slo_ms, 0.75 * slo_ms, 0.5 * slo_ms]
+    return [slo_ms, 0.75 * slo_ms]
 
 
-def _grid(args: argparse.Namespace) -> Grid:
+def _grid(args: argparse.Namespace, ceiling: int) -> Grid:
     return Grid(
         replicas=args.replicas,
         max_concurrency=args.max_concurrency,
         max_queue_ms=args.max_queue_ms,
         canary_percent=args.canary,
         ttft_budget_ms=_budgets(args.slo_ttft_ms) if args.ttft_budget_ms is None else args.ttft_budget_ms,
+        predicted_ceiling=ceiling,
         keep_warm_s=args.keep_warm_s,
     )
 
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if args.schedule:
         return plan_schedule.run(args, rows, system, console, gateway_start)
     span_s = (args.minutes * 60) if args.minutes is not None else rows[-1].at_s
-    plans = _grid(args).plans()
+    plans = _grid(args, d.max_num_seqs).plans()
     started = time.perf_counter()
     results = plan_sampling.model(rows, plans, system, args, span_s=span_s, console=console)
     elapsed = time.perf_counter() - started
@@ -249,8 +250,8 @@ _OPTIONS = (
         type=float,
         nargs="*",
         default=None,
-        help="also predicted-TTFT admission at these budgets (ceiling: the largest --max-concurrency); "
-        "default: the SLO, 3/4 and 1/2 of it; none: slots only",
+        help="also predicted-TTFT admission at these budgets (ceiling: the engine's max_num_seqs); "
+        "default: the SLO and 3/4 of it; none: slots only",
     ),
     option(
         "--keep-warm-s",

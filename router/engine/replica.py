@@ -64,6 +64,10 @@ class Replica:
         self._run_steps = 0
         self._run_step_s = 0.0
         self._run_chunks: list[tuple[_Sequence, int]] = []
+        self._decode_steps: dict[int, float] = {}
+        self._decode_steps_of = spec
+        self._rates: dict[int, float] = {}
+        self._rates_of = spec
         self.steps = 0
         self.prefill_tokens = 0
         self.preemptions = 0
@@ -208,12 +212,31 @@ class Replica:
             self.prefill_tokens += prompt
             self._run_steps, self._run_step_s = 1, spec.step_s(len(self._decoding), prompt)
         elif self._decoding:
-            self._run_steps, self._run_step_s = self._decode_run(), spec.step_s(len(self._decoding))
+            self._run_steps, self._run_step_s = self._decode_run(), self._decode_step_s(len(self._decoding))
         else:
             self._run_steps, self._run_step_s = 0, 0.0
             self.step_end_at = math.inf
             return
         self.step_end_at = now + self._run_steps * self._run_step_s
+
+    def _decode_step_s(self, decoding: int) -> float:
+        """A decode-only step, computed once per batch size (the planner asks millions of times)."""
+        found = self._decode_steps.get(decoding)
+        if found is None or self._decode_steps_of is not self.spec:
+            if self._decode_steps_of is not self.spec:
+                self._decode_steps, self._decode_steps_of = {}, self.spec
+            found = self._decode_steps[decoding] = self.spec.step_s(decoding)
+        return found
+
+    def prefill_rate(self) -> float:
+        """`EngineSpec.prefill_rate` at this replica's decode batch (cached per batch size)."""
+        decoding = len(self._decoding)
+        found = self._rates.get(decoding)
+        if found is None or self._rates_of is not self.spec:
+            if self._rates_of is not self.spec:
+                self._rates, self._rates_of = {}, self.spec
+            found = self._rates[decoding] = self.spec.prefill_rate(decoding)
+        return found
 
     def _decode_run(self) -> int:
         """Alike decode steps until the next target, or until the KV cache is full."""

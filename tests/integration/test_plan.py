@@ -26,10 +26,11 @@ def test_plan_sweeps_the_grid_marks_the_cheapest_plan_meeting_the_slo_and_writes
     assert done.returncode == 0, done.stdout + done.stderr
     found = orjson.loads((tmp_path / "plan.json").read_bytes())
     # per keep-warm setting (off, 30 s): all-serverless, and per replica count 2 slot counts x
-    # 2 waits plus predicted-TTFT admission at the SLO, 3/4 and 1/2 of it
-    assert len(found["plans"]) == 2 * (1 + 2 * (2 * 2 + 3))
+    # 2 waits plus predicted-TTFT admission at the SLO and 3/4 of it, up to the engine's 1,024
+    assert len(found["plans"]) == 2 * (1 + 2 * (2 * 2 + 2))
     budgets = {p["settings"]["ttft_budget_ms"] for p in found["plans"] if p["settings"]["admission"] == "predicted_ttft"}
-    assert budgets == {2000.0, 1500.0, 1000.0}
+    assert budgets == {2000.0, 1500.0}
+    assert {p["settings"]["max_concurrency"] for p in found["plans"] if p["settings"]["admission"] == "predicted_ttft"} == {1024}
     dedicated_plans = [p for p in found["plans"] if p["settings"]["replicas"] > 0]
     assert {p["settings"]["admission"] for p in dedicated_plans} == {"slots", "predicted_ttft"}
     assert {p["settings"]["keep_warm_s"] for p in found["plans"]} == {0.0, 30.0}

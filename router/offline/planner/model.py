@@ -165,7 +165,7 @@ class _Run:
             self._serverless(now, request, "saturated")
             return
         for replica in open_:
-            rate = replica.engine.spec.prefill_rate(replica.engine.decoding)  # what the line learns
+            rate = replica.engine.prefill_rate()  # what the gateway's learned line converges to
             predicted_ms = 1000 * (d.overhead_s + (replica.pending_tokens + tokens) / rate)
             if predicted_ms <= budget_ms:
                 self._take(now, replica, request)

@@ -26,12 +26,13 @@ from router.offline.replay import Arrival, Pricing, summary
 @dataclass(frozen=True, slots=True)
 class Grid:
     replicas: Sequence[int] = (0, 1, 2)
-    max_concurrency: Sequence[int] = (8, 16, 32, 64, 128, 256)
+    max_concurrency: Sequence[int] = (8, 16, 32, 64)
     max_queue_ms: Sequence[float] = (0.0, 250.0, 1000.0)
     canary_percent: Sequence[float] = (100.0, 75.0, 50.0)
-    # predicted-TTFT admission (routing.admission predicted_ttft) at these budgets, with the
-    # largest max_concurrency as its ceiling; empty: slots only
+    # predicted-TTFT admission (routing.admission predicted_ttft) at these budgets, with
+    # `predicted_ceiling` slots (None: the largest max_concurrency); empty: slots only
     ttft_budget_ms: Sequence[float] = ()
+    predicted_ceiling: int | None = None
     # serverless keep-warm interval (0: off); 30 s is under the calibrations' 60 s scale-to-zero
     keep_warm_s: Sequence[float] = (0.0, 30.0)
 
@@ -48,8 +49,9 @@ class Grid:
                     self.max_concurrency, self.max_queue_ms, self.canary_percent
                 ):
                     found.append(Plan(replicas, c, q, p, keep_warm_s=warm))
+                ceiling = self.predicted_ceiling or max(self.max_concurrency)
                 for budget, p in itertools.product(self.ttft_budget_ms, self.canary_percent):
-                    found.append(Plan(replicas, max(self.max_concurrency), 0.0, p, budget, warm))
+                    found.append(Plan(replicas, ceiling, 0.0, p, budget, warm))
         return found
 
 
