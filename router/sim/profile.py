@@ -4,13 +4,13 @@ Every duration is in real seconds at `time_scale` 1; the simulator divides each 
 `time_scale`, so a scenario runs `time_scale` times faster with the same shape.
 
 Dedicated defaults describe one vLLM replica of a mid-size model (an 8B-class model on one
-H100-class GPU): prefill is one shared budget of ~8,000 prompt tokens/s for the whole
-replica (vLLM schedules prefill in token-budgeted steps, so concurrent prompts wait for each
-other), decode runs each sequence at ~50 tokens/s (20 ms inter-token latency) until the
-replica's aggregate decode rate (~1,600 tokens/s) is shared by more sequences, after which
-every sequence slows down; `max_concurrency` sequences fit at once and the rest wait FIFO.
-These are order-of-magnitude figures, not a measurement of any particular deployment:
-replace them with your own (`vllm bench serve` against your endpoint gives all three).
+H100-class GPU), run by the shared-step engine (router/engine): each step carries the decoding
+sequences' tokens and prompt chunks, costs `itl_s` + `itl_per_seq_s` per decoding sequence + a
+prompt token's 1/`prefill_tokens_per_s` (~8,000 tokens/s), with the decode part at least the
+batch over the aggregate `decode_tokens_per_s` (~1,600); `max_concurrency` sequences run at
+once (vLLM's `max_num_seqs`) and the rest wait FIFO. These are order-of-magnitude figures, not
+a measurement of any particular deployment: replace them with your own (`vllm bench serve`
+against your endpoint), or start from a calibration (`tidegate sim --calibration NAME`).
 
 Serverless presets reproduce the TTFT tables of the field notes (docs/simulator.md):
 a log-normal body around the measured p50, a "slow tail" component that moves p95, and rare
