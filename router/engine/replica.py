@@ -48,6 +48,8 @@ class _Sequence:
 
 class Replica:
     def __init__(self, spec: EngineSpec) -> None:
+        self._decode_steps: dict[int, float] = {}  # per batch size, for this spec
+        self._rates: dict[int, float] = {}
         self.spec = spec
         self._waiting: deque[_Sequence] = deque()
         self._prefilling: deque[_Sequence] = deque()
@@ -64,13 +66,20 @@ class Replica:
         self._run_steps = 0
         self._run_step_s = 0.0
         self._run_chunks: list[tuple[_Sequence, int]] = []
-        self._decode_steps: dict[int, float] = {}
-        self._decode_steps_of = spec
-        self._rates: dict[int, float] = {}
-        self._rates_of = spec
         self.steps = 0
         self.prefill_tokens = 0
         self.preemptions = 0
+
+    @property
+    def spec(self) -> EngineSpec:
+        return self._spec
+
+    @spec.setter
+    def spec(self, spec: EngineSpec) -> None:
+        """New figures (the simulator's PUT /sim/config) take effect at the next step."""
+        self._spec = spec
+        self._decode_steps.clear()
+        self._rates.clear()
 
     # what the consumer reads ------------------------------------------------------------------
 
@@ -222,20 +231,16 @@ class Replica:
     def _decode_step_s(self, decoding: int) -> float:
         """A decode-only step, computed once per batch size (the planner asks millions of times)."""
         found = self._decode_steps.get(decoding)
-        if found is None or self._decode_steps_of is not self.spec:
-            if self._decode_steps_of is not self.spec:
-                self._decode_steps, self._decode_steps_of = {}, self.spec
-            found = self._decode_steps[decoding] = self.spec.step_s(decoding)
+        if found is None:
+            found = self._decode_steps[decoding] = self._spec.step_s(decoding)
         return found
 
     def prefill_rate(self) -> float:
         """`EngineSpec.prefill_rate` at this replica's decode batch (cached per batch size)."""
         decoding = len(self._decoding)
         found = self._rates.get(decoding)
-        if found is None or self._rates_of is not self.spec:
-            if self._rates_of is not self.spec:
-                self._rates, self._rates_of = {}, self.spec
-            found = self._rates[decoding] = self.spec.prefill_rate(decoding)
+        if found is None:
+            found = self._rates[decoding] = self._spec.prefill_rate(decoding)
         return found
 
     def _decode_run(self) -> int:
