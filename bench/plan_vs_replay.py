@@ -24,6 +24,9 @@ and K=4 did not.
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
+import itertools
 import os
 import subprocess
 import sys
@@ -31,6 +34,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +42,7 @@ import httpx
 import orjson
 
 from router.economics.cost import token_cost_usd
-from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
+from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS, DedicatedCalibration
 from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route
 from router.offline.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
 from router.offline.replay import load, window
@@ -63,6 +67,12 @@ class Pair:
 
     dedicated: str = "deepseek-r1-h200"
     serverless: str = "deepseek-serverless"
+    gpu_hour_usd: float | None = None  # the dedicated calibration's own price unless set
+
+    @property
+    def dedicated_calibration(self) -> DedicatedCalibration:
+        d = DEDICATED[self.dedicated]
+        return d if self.gpu_hour_usd is None else dataclasses.replace(d, gpu_hour_usd=self.gpu_hour_usd)
 
 
 DEEPSEEK = Pair()
@@ -92,7 +102,7 @@ def gateway_config(
     plan: Plan, dedicated_urls: Sequence[str], serverless_url: str, pair: Pair = DEEPSEEK
 ) -> str:
     """The plan as a tidegate config, in trace time, routes named as the model names them."""
-    d = DEDICATED[pair.dedicated]
+    d = pair.dedicated_calibration
     s = SERVERLESS[pair.serverless]
     priors = f", prefill_tokens_per_s: {d.prefill_tokens_per_s:g}, ttft_overhead_ms: {d.overhead_s * 1000:g}"
     dedicated = "".join(
@@ -171,7 +181,7 @@ def system_under_test(
 
 def model_system(speed: float, pair: Pair = DEEPSEEK) -> System:
     return System(
-        DEDICATED[pair.dedicated],
+        pair.dedicated_calibration,
         SERVERLESS[pair.serverless],
         window_s=WINDOW_S,
         gateway_overhead_s=GATEWAY_S * speed,
@@ -248,6 +258,25 @@ def compare(part: Slice, plan: Plan, speed: float, workdir: Path, pair: Pair = D
     return Comparison(part.name, plan, predicted, measured)
 
 
+def superpose(trace: Path, starts: Sequence[float], minutes: float, out: Path) -> Path:
+    """Disjoint windows of one trace laid over each other from time 0, written as an Azure CSV:
+    more traffic with independent bursts, not copies of the same requests at once."""
+    whole = load(trace)
+    rows = sorted((a for start in starts for a in window(whole, start, minutes)), key=lambda a: a.at_s)
+    ends = sorted((start, start + minutes) for start in starts)
+    if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(ends)):
+        raise SystemExit(f"--superpose: windows of {minutes:g} minutes from {list(starts)} overlap")
+    origin = datetime(2023, 11, 16)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+        for a in rows:
+            at = origin + timedelta(seconds=max(0.0, a.at_s))
+            writer.writerow((at.strftime("%Y-%m-%d %H:%M:%S.%f"), a.input_tokens, a.output_tokens))
+    return out
+
+
 def parse_plan(label: str) -> Plan:
     """`0` (all-serverless) or `R:C:Q:P` (replicas, max_concurrency, max_queue_ms, canary %),
     or `R:C:pB` (predicted-TTFT admission, budget B ms, ceiling C); `+wS` adds keep-warm every
@@ -291,6 +320,14 @@ def _arguments() -> argparse.Namespace:
         "--trace", type=Path, help="replay this file instead of the slices (e.g. a tidegate trace synth week)"
     )
     parser.add_argument("--start", type=float, default=0.0, help="--trace: the minute to start at")
+    parser.add_argument(
+        "--superpose",
+        nargs="+",
+        type=float,
+        metavar="MINUTE",
+        help="with --trace: replay these disjoint --minutes windows of it laid over each other",
+    )
+    parser.add_argument("--gpu-hour-usd", type=float, help="default: the calibration's own price")
     parser.add_argument("--calibration", choices=sorted(DEDICATED), default=DEEPSEEK.dedicated)
     parser.add_argument("--serverless", choices=sorted(SERVERLESS), help="default: the calibration's partner")
     parser.add_argument("--out", type=Path, default=None)
@@ -299,13 +336,18 @@ def _arguments() -> argparse.Namespace:
 
 def main() -> None:
     args = _arguments()
-    pair = Pair(args.calibration, args.serverless or PARTNERS[args.calibration][0])
+    pair = Pair(args.calibration, args.serverless or PARTNERS[args.calibration][0], args.gpu_hour_usd)
+    out = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-replay-"))
+    if args.superpose and not args.trace:
+        raise SystemExit("--superpose needs --trace")
     slices = (
         {"trace": (args.trace, args.start)}
         if args.trace
         else {n: (args.traces / SLICES[n][0], SLICES[n][1]) for n in args.slice}
     )
-    out = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-replay-"))
+    if args.superpose:
+        laid = superpose(args.trace, args.superpose, args.minutes, out / "superposed.csv")
+        slices = {"+".join(f"{m:g}" for m in args.superpose): (laid, 0.0)}
     print(f"python -m bench.plan_vs_replay {' '.join(sys.argv[1:])}  (work files: {out})", flush=True)
     print("| slice | plan | SLO met, model / replay | cost | TTFT p95 | spill |")
     print("|---|---|---|---|---|---|", flush=True)

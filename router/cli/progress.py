@@ -11,10 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 
 @contextmanager
-def counting(console: Console, label: str, total: int) -> Iterator[Callable[[], None]]:
-    """Yields the function that counts one step done."""
+def counting(console: Console, label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """Yields the function that counts `n` more steps done."""
     with Progress(
         TextColumn(label), BarColumn(), MofNCompleteColumn(), console=console, transient=True
     ) as bar:
         task = bar.add_task(label, total=total)
-        yield lambda: bar.advance(task)
+        yield lambda n: bar.advance(task, n)

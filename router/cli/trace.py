@@ -107,7 +107,7 @@ def _write(
                 at = start + timedelta(seconds=a.at_s)
                 writer.writerow((at.strftime("%Y-%m-%d %H:%M:%S.%f"), a.input_tokens, a.output_tokens))
             written.append((len(hour), sum(a.input_tokens + a.output_tokens for a in hour)))
-            advance()
+            advance(1)
     return written
 
 

@@ -12,7 +12,15 @@ import yaml
 
 from router.config import ConfigError
 from router.offline.calibration import DEDICATED, SERVERLESS, TtftDistribution
-from router.offline.planner.model import SERVERLESS_ROUTE, Plan, System, dedicated_route, simulate
+from router.offline.planner.model import (
+    SERVERLESS_ROUTE,
+    Plan,
+    System,
+    dedicated_route,
+    keep_warm_groups,
+    simulate,
+    simulate_keep_warm,
+)
 from router.offline.planner.sweep import Grid, break_even, choose, evaluate, pareto, sweep
 from router.offline.replay import Arrival, load, window
 from router.offline.timelapse import scale_config
@@ -337,9 +345,26 @@ def test_the_figures_do_not_depend_on_how_many_processes_model_them():
     counted: list[int] = []
     alone = sweep(rows, plans, SYSTEM, slo_ttft_ms=2000.0, span_s=60.0)
     shared = sweep(
-        rows, plans, SYSTEM, slo_ttft_ms=2000.0, span_s=60.0, jobs=2, progress=lambda: counted.append(1)
+        rows, plans, SYSTEM, slo_ttft_ms=2000.0, span_s=60.0, jobs=2, progress=counted.append
     )
-    assert shared == alone and len(counted) == len(plans)
+    assert shared == alone and sum(counted) == len(plans)
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 90.0])
+def test_keep_warm_variants_modelled_in_one_run_are_what_each_plan_gives_alone(gap_s):
+    """One run stands for its keep-warm variants only when serverless never went cold: with a
+    90 s hole in the traffic (past the 60 s scale-to-zero) each variant runs, and differs."""
+    busy = window(load(TRACES / "AzureLLMInferenceTrace_conv_20min.csv"), 0, 1)
+    rows = [*busy, *(Arrival(a.at_s + 60 + gap_s, a.input_tokens, a.output_tokens) for a in busy)]
+    system = System(DEDICATED["llama-8b-h100"], SERVERLESS["llama-8b-together"])
+    for base in (Plan(0), Plan(1, 4, 250)):
+        plans = [base, dataclasses.replace(base, keep_warm_s=30.0), dataclasses.replace(base, keep_warm_s=20.0)]
+        together = simulate_keep_warm(rows, plans, system, seed=2)
+        alone = [simulate(rows, plan, system, seed=2) for plan in plans]
+        assert together == alone
+        assert (together[0] == together[1]) is (gap_s == 0.0)
+    groups = keep_warm_groups([Plan(1, 4, keep_warm_s=30.0), Plan(0), Plan(1, 4), Plan(0, keep_warm_s=30.0)])
+    assert groups == [[2, 0], [1, 3]]
 
 
 def test_a_time_window_keeps_its_mean_and_percentiles_as_values_come_and_go():

@@ -23,6 +23,7 @@ Times are in trace seconds. The output is one record per request, in the form
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -80,6 +81,7 @@ class _Run:
         self._order = itertools.count()
         self._waiters: deque[int] = deque()  # requests waiting in line on the first replica
         self._cold = ColdLoad()
+        self._longest_quiet_s = 0.0  # serverless's longest gap between requests (and pings)
         self._e2e_window = TimeWindow()  # first replica's completions
         self._ttft_window = TimeWindow()  # serverless first tokens
         # only a wait in line reads the windows (the expected wait against the spill's p95)
@@ -115,7 +117,15 @@ class _Run:
                 handlers[kind](now, a, b)
             else:
                 break
+        self._longest_quiet_s = max(self._longest_quiet_s, until - self._cold.last_seen)
         return [self._record(r) for r in self._requests]
+
+    @property
+    def stayed_warm(self) -> bool:
+        """Serverless never sat idle past its scale-to-zero gap, to the trace's end: no load
+        started, so keep-warm pings would have changed nothing but their price."""
+        idle_to_cold_s = self._system.serverless.idle_to_cold_s
+        return idle_to_cold_s <= 0 or self._longest_quiet_s <= idle_to_cold_s
 
     def _push(self, at: float, kind: str, a: int, b: int = 0) -> None:
         heapq.heappush(self._events, (at, next(self._order), kind, a, b))
@@ -187,8 +197,9 @@ class _Run:
             return True  # unknown figures: the bound alone decides
         mean_e2e_ms = 1000 * self._e2e_window.mean()
         expected_ms = (len(self._waiters) + 1) * mean_e2e_ms / self._plan.max_concurrency
-        spill_p95_ms = 1000 * self._ttft_window.percentile(95)
-        return expected_ms < min(self._plan.max_queue_ms, spill_p95_ms)
+        if expected_ms >= self._plan.max_queue_ms:
+            return False  # the bound alone says no: the percentile is not needed
+        return expected_ms < 1000 * self._ttft_window.percentile(95)
 
     def _timeout(self, now: float, index: int, _: int) -> None:
         request = self._requests[index]
@@ -248,6 +259,7 @@ class _Run:
         self._cold_wait(now)
 
     def _cold_wait(self, now: float) -> float:
+        self._longest_quiet_s = max(self._longest_quiet_s, now - self._cold.last_seen)
         return self._cold.wait_s(now, self._system.serverless.idle_to_cold_s, self._load_s)
 
     def _load_s(self) -> float:
@@ -350,3 +362,28 @@ class _Run:
 def simulate(arrivals: Sequence[Arrival], plan: Plan, system: System, seed: int = 0) -> list[dict[str, Any]]:
     """One record per arrival (the form `tidegate replay` writes), from the model."""
     return _Run(arrivals, plan, system, seed).records()
+
+
+def simulate_keep_warm(
+    arrivals: Sequence[Arrival], plans: Sequence[Plan], system: System, seed: int = 0
+) -> list[list[dict[str, Any]]]:
+    """`simulate` for each of `plans`, which differ only in `keep_warm_s` (the first without
+    pings), in one run where that is exact: when the plan without pings never left serverless
+    idle past its scale-to-zero gap, pings start no load and move no random draw, so every
+    variant's records are the same list (read it, do not change it). Else each runs."""
+    if not plans:
+        return []
+    first = _Run(arrivals, plans[0], system, seed)
+    records = first.records()
+    if plans[0].keep_warm_s <= 0 and first.stayed_warm:
+        return [records] * len(plans)
+    return [records, *(simulate(arrivals, plan, system, seed) for plan in plans[1:])]
+
+
+def keep_warm_groups(plans: Sequence[Plan]) -> list[list[int]]:
+    """The plans' indices in groups alike but for `keep_warm_s`, in order of first appearance,
+    each led by its plan without pings when there is one (what `simulate_keep_warm` takes)."""
+    groups: dict[Plan, list[int]] = {}
+    for index, plan in enumerate(plans):
+        groups.setdefault(dataclasses.replace(plan, keep_warm_s=0.0), []).append(index)
+    return [sorted(group, key=lambda i: plans[i].keep_warm_s > 0) for group in groups.values()]

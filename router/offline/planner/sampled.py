@@ -25,11 +25,10 @@ from typing import Any
 from ddsketch import DDSketch
 
 from router.economics.cost import token_cost_usd
-from router.offline.planner.model import simulate
+from router.offline.planner.model import simulate_keep_warm
 from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System
-from router.offline.planner.sweep import pricing, settings
-from router.offline.planner.workers import in_processes
-from router.offline.replay import SPILL_REASONS, Arrival
+from router.offline.planner.sweep import in_keep_warm_groups, pricing, settings
+from router.offline.replay import SPILL_REASONS, Arrival, Pricing
 
 SLICE_S = 300.0
 PER_STRATUM = 3
@@ -171,13 +170,28 @@ def evaluate_sampled(
 ) -> dict[str, Any]:
     """One plan's estimated figures, in the form the exact `evaluate` gives them (each slice
     draws from its own seed)."""
-    costed = pricing(plan, system, sample.last_at_s)
-    tally = _Tally(slo_ttft_ms, costed.serverless_usd_per_mtok[SERVERLESS_ROUTE])
+    [found] = evaluate_sampled_keep_warm(sample, [plan], system, slo_ttft_ms=slo_ttft_ms, seed=seed)
+    return found
+
+
+def evaluate_sampled_keep_warm(
+    sample: Sample, plans: Sequence[Plan], system: System, *, slo_ttft_ms: float, seed: int = 0
+) -> list[dict[str, Any]]:
+    """`evaluate_sampled` for plans alike but for keep-warm (model.py `simulate_keep_warm`,
+    slice by slice)."""
+    costs = [pricing(plan, system, sample.last_at_s) for plan in plans]
+    tallies = [_Tally(slo_ttft_ms, c.serverless_usd_per_mtok[SERVERLESS_ROUTE]) for c in costs]
     for number, piece in enumerate(sample.slices):
-        records = simulate(piece.arrivals, plan, system, seed=seed * 100_003 + number)
         end = piece.start_s - piece.offset_s + sample.slice_s
-        for record in records[piece.counted_from :]:
-            tally.add(record, piece, end)
+        runs = simulate_keep_warm(piece.arrivals, plans, system, seed=seed * 100_003 + number)
+        for tally, records in zip(tallies, runs, strict=True):
+            for record in records[piece.counted_from :]:
+                tally.add(record, piece, end)
+    together = zip(plans, costs, tallies, strict=True)
+    return [_figures(sample, plan, costed, tally) for plan, costed, tally in together]
+
+
+def _figures(sample: Sample, plan: Plan, costed: Pricing, tally: _Tally) -> dict[str, Any]:
     dedicated_usd = costed.dedicated_usd_per_hour * sample.span_s / 3600
     serverless_usd = tally.serverless_usd(sample)
     cost = dedicated_usd + serverless_usd + costed.keep_warm_usd
@@ -202,19 +216,19 @@ def sweep_sampled(
     system: System,
     *,
     slo_ttft_ms: float,
-    progress: Callable[[], None] = lambda: None,
+    progress: Callable[[int], None] = lambda _: None,
     jobs: int = 1,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """`sweep` over the sample: every plan's estimated figures, in the plans' order."""
-    one = functools.partial(_evaluate_plan, slo_ttft_ms=slo_ttft_ms, seed=seed)
-    return in_processes(one, list(plans), jobs, progress, shared=(sample, system))
+    one = functools.partial(_evaluate_group, slo_ttft_ms=slo_ttft_ms, seed=seed)
+    return in_keep_warm_groups(one, list(plans), jobs, progress, shared=(sample, system))
 
 
-def _evaluate_plan(
-    plan: Plan, sample: Sample, system: System, *, slo_ttft_ms: float, seed: int
-) -> dict[str, Any]:
-    return evaluate_sampled(sample, plan, system, slo_ttft_ms=slo_ttft_ms, seed=seed)
+def _evaluate_group(
+    plans: Sequence[Plan], sample: Sample, system: System, *, slo_ttft_ms: float, seed: int
+) -> list[dict[str, Any]]:
+    return evaluate_sampled_keep_warm(sample, plans, system, slo_ttft_ms=slo_ttft_ms, seed=seed)
 
 
 class _Tally:

@@ -234,9 +234,9 @@ def plan_hours(
     *,
     slo_ttft_ms: float,
     target: float,
-    progress: Callable[[], None] = lambda: None,
+    progress: Callable[[int], None] = lambda _: None,
     jobs: int = 1,
 ) -> list[dict[int, HourOption]]:
     """Every hour's options, in order, `jobs` processes at once (each hour is modelled alone)."""
     one = functools.partial(hour_options, slo_ttft_ms=slo_ttft_ms, target=target)
-    return in_processes(one, per_hour, jobs, progress, shared=(counts, concurrency, system))
+    return in_processes(one, per_hour, jobs, progress=progress, shared=(counts, concurrency, system))

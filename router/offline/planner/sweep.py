@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.economics.cost import token_cost_usd
-from router.offline.planner.model import simulate
+from router.offline.planner.model import keep_warm_groups, simulate_keep_warm
 from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route, keep_warm_times
 from router.offline.planner.workers import in_processes
 from router.offline.replay import Arrival, Pricing, summary
@@ -80,12 +80,29 @@ def evaluate(
     seed: int = 0,
 ) -> dict[str, Any]:
     """One plan's predicted figures: the replay summary of the model's records."""
-    records = simulate(arrivals, plan, system, seed)
-    costed = pricing(plan, system, arrivals[-1].at_s if arrivals else 0.0)
-    found = summary(records, slo_ttft_ms, lag_p99_ms=math.inf, pricing=costed, span_s=span_s)
-    found.pop("client_kept_up", None)
-    found.pop("send_lag_ms", None)
-    return {"plan": plan.label, "settings": settings(plan)} | found
+    [found] = evaluate_keep_warm(arrivals, [plan], system, slo_ttft_ms=slo_ttft_ms, span_s=span_s, seed=seed)
+    return found
+
+
+def evaluate_keep_warm(
+    arrivals: Sequence[Arrival],
+    plans: Sequence[Plan],
+    system: System,
+    *,
+    slo_ttft_ms: float,
+    span_s: float,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """`evaluate` for plans alike but for keep-warm (model.py `simulate_keep_warm`)."""
+    until_s = arrivals[-1].at_s if arrivals else 0.0
+    found = []
+    for plan, records in zip(plans, simulate_keep_warm(arrivals, plans, system, seed), strict=True):
+        costed = pricing(plan, system, until_s)
+        figures = summary(records, slo_ttft_ms, lag_p99_ms=math.inf, pricing=costed, span_s=span_s)
+        figures.pop("client_kept_up", None)
+        figures.pop("send_lag_ms", None)
+        found.append({"plan": plan.label, "settings": settings(plan)} | figures)
+    return found
 
 
 def settings(plan: Plan) -> dict[str, Any]:
@@ -117,21 +134,46 @@ def sweep(
     *,
     slo_ttft_ms: float,
     span_s: float,
-    progress: Callable[[], None] = lambda: None,
+    progress: Callable[[int], None] = lambda _: None,
     jobs: int = 1,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Every plan's figures, in the plans' order; `jobs` processes at once (each plan is
-    modelled on its own, so the figures do not depend on how many)."""
-    plans = list(plans)
-    one = functools.partial(_evaluate_plan, slo_ttft_ms=slo_ttft_ms, span_s=span_s, seed=seed)
-    return in_processes(one, plans, jobs, progress, shared=(arrivals, system))
+    modelled on its own, or with its keep-warm variants, so the figures do not depend on how
+    many). `progress(n)`: n more plans done."""
+    one = functools.partial(_evaluate_group, slo_ttft_ms=slo_ttft_ms, span_s=span_s, seed=seed)
+    return in_keep_warm_groups(one, list(plans), jobs, progress, shared=(arrivals, system))
 
 
-def _evaluate_plan(
-    plan: Plan, arrivals: Sequence[Arrival], system: System, *, slo_ttft_ms: float, span_s: float, seed: int
-) -> dict[str, Any]:
-    return evaluate(arrivals, plan, system, slo_ttft_ms=slo_ttft_ms, span_s=span_s, seed=seed)
+def in_keep_warm_groups(
+    evaluate_group: Callable[..., list[dict[str, Any]]],
+    plans: Sequence[Plan],
+    jobs: int,
+    progress: Callable[[int], None],
+    shared: tuple[Any, ...],
+) -> list[dict[str, Any]]:
+    """`evaluate_group(group, *shared)` over the plans grouped by `keep_warm_groups`, on
+    `jobs` processes; the results back in the plans' order."""
+    groups = keep_warm_groups(plans)
+    items = [[plans[i] for i in group] for group in groups]
+    done = in_processes(evaluate_group, items, jobs, progress=progress, shared=shared, size=len)
+    found: list[dict[str, Any]] = [{} for _ in plans]
+    for group, results in zip(groups, done, strict=True):
+        for index, result in zip(group, results, strict=True):
+            found[index] = result
+    return found
+
+
+def _evaluate_group(
+    plans: Sequence[Plan],
+    arrivals: Sequence[Arrival],
+    system: System,
+    *,
+    slo_ttft_ms: float,
+    span_s: float,
+    seed: int,
+) -> list[dict[str, Any]]:
+    return evaluate_keep_warm(arrivals, plans, system, slo_ttft_ms=slo_ttft_ms, span_s=span_s, seed=seed)
 
 
 def _per_success(result: dict[str, Any]) -> float:

@@ -29,15 +29,18 @@ def in_processes(
     function: Callable[..., R],
     items: Sequence[T],
     jobs: int,
-    progress: Callable[[], None] = lambda: None,
+    *,
+    progress: Callable[[int], None] = lambda _: None,
     shared: tuple[Any, ...] = (),
+    size: Callable[[T], int] = lambda _: 1,
 ) -> list[R]:
-    """`function(item, *shared)` for every item, in the items' order, `jobs` at a time."""
+    """`function(item, *shared)` for every item, in the items' order, `jobs` at a time;
+    `progress(size(item))` as each is done."""
     if jobs <= 1 or len(items) < 2:
         found = []
         for item in items:
             found.append(function(item, *shared))
-            progress()
+            progress(size(item))
         return found
     results: list[Any] = [None] * len(items)
     context = multiprocessing.get_context("spawn")
@@ -45,6 +48,7 @@ def in_processes(
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_keep, initargs=(shared,)) as pool:
         futures = {pool.submit(_run, function, item): i for i, item in enumerate(items)}
         for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            progress()
+            index = futures[future]
+            results[index] = future.result()
+            progress(size(items[index]))
     return results
