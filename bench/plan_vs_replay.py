@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from router.economics.cost import token_cost_usd
 from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS, DedicatedCalibration
 from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route
 from router.offline.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
-from router.offline.replay import load, window
+from router.offline.replay import AZURE_COLUMNS, azure_row, load, window
 from router.offline.timelapse import scale_config
 from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
 
@@ -261,19 +261,17 @@ def compare(part: Slice, plan: Plan, speed: float, workdir: Path, pair: Pair = D
 def superpose(trace: Path, starts: Sequence[float], minutes: float, out: Path) -> Path:
     """Disjoint windows of one trace laid over each other from time 0, written as an Azure CSV:
     more traffic with independent bursts, not copies of the same requests at once."""
-    whole = load(trace)
-    rows = sorted((a for start in starts for a in window(whole, start, minutes)), key=lambda a: a.at_s)
     ends = sorted((start, start + minutes) for start in starts)
     if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(ends)):
         raise SystemExit(f"--superpose: windows of {minutes:g} minutes from {list(starts)} overlap")
+    whole = load(trace)
+    rows = sorted((a for start in starts for a in window(whole, start, minutes)), key=lambda a: a.at_s)
     origin = datetime(2023, 11, 16)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
-        for a in rows:
-            at = origin + timedelta(seconds=max(0.0, a.at_s))
-            writer.writerow((at.strftime("%Y-%m-%d %H:%M:%S.%f"), a.input_tokens, a.output_tokens))
+        writer.writerow(AZURE_COLUMNS)
+        writer.writerows(azure_row(origin, a) for a in rows)
     return out
 
 

@@ -13,7 +13,7 @@ import argparse
 import csv
 import sys
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from rich.console import Console
 from router.cli.options import add_options, option
 from router.cli.progress import counting
 from router.offline import synth
-from router.offline.replay import FORMATS, Arrival, load
+from router.offline.replay import AZURE_COLUMNS, FORMATS, Arrival, azure_row, load
 
 _MONDAY = "2026-01-05T00:00"  # a Monday: hour 0 of the week
 
@@ -101,11 +101,9 @@ def _write(
         counting(console, "synthesizing hours", synth.hour_count(days)) as advance,
     ):
         writer = csv.writer(f)
-        writer.writerow(("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+        writer.writerow(AZURE_COLUMNS)
         for hour in hours:
-            for a in hour:
-                at = start + timedelta(seconds=a.at_s)
-                writer.writerow((at.strftime("%Y-%m-%d %H:%M:%S.%f"), a.input_tokens, a.output_tokens))
+            writer.writerows(azure_row(start, a) for a in hour)
             written.append((len(hour), sum(a.input_tokens + a.output_tokens for a in hour)))
             advance(1)
     return written

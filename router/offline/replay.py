@@ -21,7 +21,7 @@ import random
 import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,15 @@ def detect(path: Path) -> str:
     if '"e2e_ms"' in first:
         return "access-log"
     raise ValueError(f"{path}: not an Azure CSV, a Mooncake JSONL or a tidegate access log")
+
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")  # an Azure CSV's header
+
+
+def azure_row(start: datetime, a: Arrival) -> tuple[str, int, int]:
+    """The arrival as a row of an Azure CSV whose clock starts at `start` (what `load` reads)."""
+    at = start + timedelta(seconds=a.at_s)
+    return at.strftime("%Y-%m-%d %H:%M:%S.%f"), a.input_tokens, a.output_tokens
 
 
 def azure_time(stamp: str) -> datetime:
@@ -99,7 +108,7 @@ def _azure_rows(lines: Iterable[str]) -> Iterator[tuple[float, int, int]]:
     reader = csv.reader(lines)
     header = next(reader, None) or []
     try:
-        at, prompt, answer = (header.index(k) for k in ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+        at, prompt, answer = (header.index(k) for k in AZURE_COLUMNS)
     except ValueError:
         raise ValueError("an Azure CSV needs TIMESTAMP, ContextTokens and GeneratedTokens columns") from None
     days: dict[str, float] = {}
