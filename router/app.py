@@ -42,6 +42,7 @@ from router.signals.loop import Signals
 from router.spill.keep_warm import KeepWarm
 from router.spill.shadow import Shadow
 from router.state.memory.store import MemoryStore
+from router.state.redis.address import BadRedisUrl, read_url
 from router.state.redis.store import RedisStore
 from router.state.roles import StateStore, StoreUnreachableAtStart
 from router.state.tasks import EarlyBound
@@ -61,6 +62,18 @@ def build_policies(config: GatewayConfig) -> Mapping[str, Policy]:
     if problems:
         raise ConfigError(problems)
     return policies
+
+
+def check_state(config: GatewayConfig) -> None:
+    """The state section as start-up would read it, without connecting: a Redis URL that cannot
+    be used (its scheme, an option, a TLS file) is a ConfigError naming `state.redis_url`."""
+    url = config.state.redis_url
+    if not url:
+        return
+    try:
+        read_url(url)
+    except BadRedisUrl as exc:
+        raise ConfigError([f"state.redis_url: {exc}"]) from None
 
 
 def store_for(config: GatewayConfig, loops: Loops | None = None) -> StateStore:
@@ -86,6 +99,7 @@ def store_for(config: GatewayConfig, loops: Loops | None = None) -> StateStore:
         retention_s=state.retention_s,
         fallback_share=state.fallback_share,
         cluster=state.redis_cluster,
+        timeout_s=state.redis_timeout_s,
         start_degraded=state.start_degraded,
         loops=loops,
     )

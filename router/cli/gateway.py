@@ -105,14 +105,22 @@ def _metrics_listener(app: Any, config: GatewayConfig) -> list[Served]:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    from router.app import build_policies  # noqa: PLC0415 (lazy: the other commands start fast)
+    from router.app import build_policies, check_state  # noqa: PLC0415 (lazy: the others start fast)
 
+    problems: list[str] = []
     try:
         config = load_config(args.file)
-        build_policies(config)
     except ConfigError as exc:
-        print(f"{args.file}: {len(exc.problems)} problem(s)", file=sys.stderr)
-        for problem in exc.problems:
+        problems = list(exc.problems)
+    else:
+        for check in (build_policies, check_state):
+            try:
+                check(config)
+            except ConfigError as exc:
+                problems += exc.problems
+    if problems:
+        print(f"{args.file}: {len(problems)} problem(s)", file=sys.stderr)
+        for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         return 1
     for name, model in config.models.items():

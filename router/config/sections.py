@@ -50,6 +50,9 @@ class StateConfig(Frozen):
     # Redis unreachable at start: refuse to start (false), or start deciding locally (true)
     start_degraded: bool = False
     redis_cluster: bool = False  # redis_url points at a Redis Cluster (also: a redis+cluster:// URL)
+    # a Redis command without a reply this long cuts its connection (the commands in flight
+    # fail, the next opens a new one); also the connect timeout
+    redis_timeout_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     leader_ttl_s: Annotated[float, Field(ge=1, le=300)] = 10.0  # the canary controller's leader lease
 
 

@@ -41,6 +41,20 @@ def test_check_config_reports_an_unknown_policy(tmp_path):
     assert "models.m.policy: unknown policy 'nope' (known: dedicated_first)" in done.stderr
 
 
+def test_check_config_refuses_a_redis_url_serve_could_not_use(tmp_path):
+    """Beside the schema's problems: the URL as start-up would read it (scheme, options)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "auth: {allow_anonymous: true}\nstate: {redis_url: 'http://127.0.0.1:6379/0'}\nmodels:\n  m:\n"
+        "    policy: nope\n    serverless: [{name: s, base_url: 'http://s/v1', model: y}]\n"
+    )
+    done = run_cli("check-config", str(bad))
+    assert done.returncode == 1
+    assert "2 problem(s)" in done.stderr
+    assert "state.redis_url: scheme 'http': expected one of redis, rediss, unix" in done.stderr
+    assert "models.m.policy: unknown policy 'nope'" in done.stderr
+
+
 def test_serve_in_front_of_sim_processes(tmp_path):
     with (
         CliProcess(

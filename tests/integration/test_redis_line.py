@@ -6,6 +6,7 @@ start-up with the reason, never a half-working store."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,10 +84,8 @@ async def test_the_line_speaks_unix_sockets(tmp_path):
         server.stop()
 
 
-@pytest.fixture(scope="module")
-def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
-    """A Redis with TLS on one port (and plain on another, for its health check)."""
-    where = tmp_path_factory.mktemp("tls")
+def _self_signed(where: Path) -> tuple[Path, Path]:
+    """A certificate and its key for 127.0.0.1; it signs itself, so it is also its own CA."""
     cert, key = where / "cert.pem", where / "key.pem"
     subprocess.run(
         [
@@ -110,6 +109,11 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, P
         check=True,
         capture_output=True,
     )
+    return cert, key
+
+
+def _tls_server(cert: Path, key: Path, *, clients_authenticate: bool) -> tuple[int, RedisServer]:
+    """A Redis with TLS on one port (and plain on another, for its health check)."""
     tls_port = next(free_port_iter())
     server = RedisServer(
         "--tls-port",
@@ -121,12 +125,52 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, P
         "--tls-ca-cert-file",
         str(cert),
         "--tls-auth-clients",
-        "no",
+        "yes" if clients_authenticate else "no",
     ).start()
+    return tls_port, server
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    cert, key = _self_signed(tmp_path_factory.mktemp("tls"))
+    tls_port, server = _tls_server(cert, key, clients_authenticate=False)
     try:
         yield tls_port, cert
     finally:
         server.stop()
+
+
+async def test_mutual_tls_presents_the_client_certificate_the_url_names(tmp_path):
+    """`ssl_certfile`/`ssl_keyfile`: a Redis that asks clients for a certificate takes the
+    line with one and refuses it without one, at start."""
+    cert, key = _self_signed(tmp_path)
+    port, server = _tls_server(cert, key, clients_authenticate=True)
+    try:
+        base = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={cert}"
+        assert await acquired(f"{base}&ssl_certfile={cert}&ssl_keyfile={key}")
+        anonymous = RedisStore(base, ["p"])
+        try:
+            with pytest.raises(StoreUnreachableAtStart, match=r"state\.redis_url: cannot use Redis"):
+                await anonymous.start()
+        finally:
+            await anonymous.close()
+    finally:
+        server.stop()
+
+
+async def test_the_reply_timeout_is_the_configured_one():
+    """`state.redis_timeout_s`: against a port whose kernel accepts connections and nothing
+    answers, start-up fails naming the timeout it was given."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        store = RedisStore(f"redis://127.0.0.1:{port}/0", ["p"], timeout_s=0.25)
+        try:
+            with pytest.raises(StoreUnreachableAtStart, match=r"within 0\.25 s"):
+                await store.start()
+        finally:
+            await store.close()
 
 
 async def test_the_line_speaks_tls_and_checks_the_servers_certificate(tls_redis):

@@ -1,10 +1,14 @@
 """Where Redis is and how to open a connection to it, read from `state.redis_url`:
 
     redis://[[user]:password@]host[:port][/db][?protocol=3]
-    rediss://...   TLS (?ssl_cert_reqs=none, ?ssl_ca_certs=PATH, ?ssl_check_hostname=false)
+    rediss://...   TLS (?ssl_cert_reqs=none, ?ssl_ca_certs=PATH, ?ssl_check_hostname=false,
+                   a client certificate for mutual TLS: ?ssl_certfile=PATH&ssl_keyfile=PATH)
     unix:///path/to/redis.sock[?db=N&password=...]
 
 `redis+cluster://` and `rediss+cluster://` name a Redis Cluster (router/state/redis/batch.py).
+Both paths take the same options and give them the same meaning: an option neither
+implements (redis-py's `health_check_interval`, say) is refused, naming it, rather than
+honoured on one path and dropped on the other; the reply timeout is `state.redis_timeout_s`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 _SCHEMES = ("redis", "rediss", "unix")
+_OPTIONS = ("protocol", "db", "username", "password")
+_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname", "ssl_certfile", "ssl_keyfile")
+_SET_IN_CONFIG = dict.fromkeys(("socket_timeout", "socket_connect_timeout"), "state.redis_timeout_s")
 
 
 class BadRedisUrl(ValueError):
@@ -32,6 +39,8 @@ class RedisAddress:
     verify: bool = True
     ca_file: str | None = None
     check_hostname: bool = True
+    cert_file: str | None = None  # a client certificate (mutual TLS), with key_file
+    key_file: str | None = None
     protocol: int = 2  # 3: RESP3 (HELLO 3); push frames are then told apart from replies
 
     def handshake(self, client_name: str = "tidegate") -> list[tuple[str, ...]]:
@@ -55,6 +64,8 @@ class RedisAddress:
         if not self.tls:
             return None
         context = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file is not None:
+            context.load_cert_chain(self.cert_file, self.key_file)
         if not self.verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
@@ -65,10 +76,13 @@ class RedisAddress:
 
 def parse_url(url: str) -> RedisAddress:
     """`url` as a RedisAddress; BadRedisUrl names what is wrong with it."""
+    if "://" not in url:
+        raise BadRedisUrl(f"{redacted(url)!r} has no scheme: expected redis://, rediss:// or unix://")
     parts = urlsplit(url)
     if parts.scheme not in _SCHEMES:
         raise BadRedisUrl(f"scheme {parts.scheme!r}: expected one of {', '.join(_SCHEMES)}")
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    _check_options(query, tls=parts.scheme == "rediss")
     protocol = _integer(query.get("protocol", "2"), "protocol")
     if protocol not in (2, 3):
         raise BadRedisUrl(f"protocol={protocol}: expected 2 or 3")
@@ -87,10 +101,40 @@ def parse_url(url: str) -> RedisAddress:
         verify=query.get("ssl_cert_reqs", "required") != "none",
         ca_file=query.get("ssl_ca_certs"),
         check_hostname=query.get("ssl_check_hostname", "true").lower() != "false",
+        cert_file=query.get("ssl_certfile"),
+        key_file=query.get("ssl_keyfile"),
         username=username,
         password=password,
         protocol=protocol,
     )
+
+
+def read_url(url: str) -> tuple[str, RedisAddress, bool]:
+    """`url` checked as start-up would use it: (the URL as redis-py reads it, its address,
+    whether it names a Redis Cluster). The TLS files it names are loaded, so a missing or
+    wrong certificate is refused here rather than at the first connection."""
+    cluster = "+cluster://" in url
+    plain = url.replace("+cluster://", "://", 1)
+    address = parse_url(plain)
+    try:
+        address.ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise BadRedisUrl(f"TLS: {exc}") from None
+    return plain, address, cluster
+
+
+def _check_options(query: dict[str, str], *, tls: bool) -> None:
+    """Refuse what the URL asks for and the connection would not do, naming it."""
+    for name in query:
+        if name in _SET_IN_CONFIG:
+            raise BadRedisUrl(f"option {name!r}: set {_SET_IN_CONFIG[name]} instead")
+        if name in _TLS_OPTIONS and not tls:
+            raise BadRedisUrl(f"option {name!r} needs TLS: a rediss:// URL")
+        if name not in _OPTIONS and name not in _TLS_OPTIONS:
+            known = ", ".join((*_OPTIONS, *_TLS_OPTIONS))
+            raise BadRedisUrl(f"option {name!r} is not implemented (the options: {known})")
+    if "ssl_keyfile" in query and "ssl_certfile" not in query:
+        raise BadRedisUrl("option 'ssl_keyfile' needs 'ssl_certfile' (the client certificate)")
 
 
 def redacted(url: str) -> str:

@@ -33,8 +33,8 @@ from router.periodic import Loops
 from router.state.latency import CountBook, LatencyBook
 from router.state.memory.leases import MemoryLeases
 from router.state.rankings import diverging, probe_order
-from router.state.redis.address import BadRedisUrl, RedisAddress, parse_url, redacted
-from router.state.redis.batch import Batcher
+from router.state.redis.address import BadRedisUrl, RedisAddress, read_url, redacted
+from router.state.redis.batch import TIMEOUT_S, Batcher
 from router.state.redis.control import RedisControl
 from router.state.redis.keys import Keys
 from router.state.redis.leases import RedisLeases
@@ -48,16 +48,19 @@ from router.state.roles import StoreUnreachableAtStart
 _CLUSTER_CONNECTIONS = 32  # per node: more callers wait for one
 
 
-def target_of(url: str, *, cluster: bool) -> RedisCluster | RedisAddress:
+def target_of(url: str, *, cluster: bool, timeout_s: float = TIMEOUT_S) -> RedisCluster | RedisAddress:
     """What the Batcher talks to: a cluster client (redis-py) for `cluster` or a
-    `redis+cluster://` URL, else the single Redis's address (its own line)."""
-    if "+cluster://" in url:
-        url, cluster = url.replace("+cluster://", "://", 1), True
-    if cluster:
+    `redis+cluster://` URL, else the single Redis's address (its own line). Both read the URL
+    with one parser, so an option means the same on either path (router/state/redis/address.py)."""
+    plain, address, names_cluster = read_url(url)
+    if cluster or names_cluster:
         return RedisCluster.from_url(
-            url, max_connections=_CLUSTER_CONNECTIONS, socket_timeout=1.0, socket_connect_timeout=1.0
+            plain,
+            max_connections=_CLUSTER_CONNECTIONS,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
         )
-    return parse_url(url)
+    return address
 
 
 class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas):
@@ -77,17 +80,18 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
         fallback_share: float = 0.5,
         prefix: str = "tidegate",
         cluster: bool = False,
+        timeout_s: float = TIMEOUT_S,
         start_degraded: bool = False,
         loops: Loops | None = None,
     ) -> None:
         self.loops = loops or Loops()
         self._url = redacted(url)
         try:
-            target = target_of(url, cluster=cluster)
+            target = target_of(url, cluster=cluster, timeout_s=timeout_s)
         except BadRedisUrl as exc:
             raise StoreUnreachableAtStart(f"state.redis_url: {exc}") from None
         self._cluster = isinstance(target, RedisCluster)
-        self._batch = Batcher(target)
+        self._batch = Batcher(target, timeout_s)
         self._keys = Keys(prefix)
         self._start_degraded = start_degraded
         self._pools = sorted(set(pools))
