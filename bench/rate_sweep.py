@@ -3,8 +3,10 @@ all-dedicated as the traffic grows? `tidegate plan`'s model over the Azure code 
 at rising `--scale-rate`, for one calibration and its API price, next to the utilization
 break-even of the economics formula (router/economics/cost.py: `break_even_utilization`).
 
-For each rate it models all-serverless and, around the replicas the mean load needs, dedicated
-pools with 16, 32 or 64 slots per replica (spilling at once, or waiting up to 1 s for a slot), each
+For each rate it models all-serverless and, around the replicas the mean load needs (the
+engine's additive capacity: prefill and decode share its steps), dedicated pools with 16, 32 or
+64 slots per replica (spilling at once, or waiting up to 1 s for a slot) or predicted-TTFT
+admission at 1.5 s up to the engine's own `max_num_seqs`, each
 with and without a serverless route kept warm every 30 s (a burst after an idle gap otherwise
 waits out a cold load), and
 prints the cheapest plan of each kind meeting the SLO for 95% of requests (all-dedicated: under
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -33,7 +37,7 @@ from bench.plan_vs_replay import SLICES, TRACES
 from router.economics.cost import break_even_utilization, token_cost_usd
 from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
 from router.offline.planner.plans import Plan, System
-from router.offline.planner.sweep import evaluate
+from router.offline.planner.sweep import sweep
 from router.offline.replay import Arrival, load, scale_rate, window
 
 TARGET = 0.95
@@ -62,33 +66,59 @@ def best_of_each_kind(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
 KEEP_WARM_S = 30.0  # under the calibrations' 60 s scale-to-zero
 
 
-def plans_for(load_replicas: float) -> list[Plan]:
-    """All-serverless and pools around the load, each with and without a kept-warm serverless
-    route (a burst after an idle gap otherwise waits out a cold load)."""
-    counts = {max(1, math.ceil(load_replicas * f)) for f in (0.5, 0.75, 1.0, 1.5, 2.0, 3.0)}
-    pools = [(r, c, q) for r in sorted(counts | {1}) for c in (16, 32, 64) for q in (0.0, 1000.0)]
+PREDICTED_BUDGET_MS = 1500.0  # predicted-TTFT admission's budget, 3/4 of the SLO
+
+
+def plans_for(load_replicas: float, max_num_seqs: int) -> list[Plan]:
+    """All-serverless and pools around the load (fixed slots, or predicted-TTFT admission up to
+    the engine's own `max_num_seqs`), each with and without a kept-warm serverless route (a
+    burst after an idle gap otherwise waits out a cold load)."""
+    counts = sorted({max(1, math.ceil(load_replicas * f)) for f in (0.5, 0.75, 1.0, 1.5, 2.0, 3.0)} | {1})
+    pools = [Plan(r, c, q) for r in counts for c in (16, 32, 64) for q in (0.0, 1000.0)]
+    pools += [Plan(r, max_num_seqs, ttft_budget_ms=PREDICTED_BUDGET_MS) for r in counts]
     return [Plan(0, keep_warm_s=w) for w in (0.0, KEEP_WARM_S)] + [
-        Plan(r, c, q, keep_warm_s=w) for w in (0.0, KEEP_WARM_S) for r, c, q in pools
+        dataclasses.replace(p, keep_warm_s=w) for w in (0.0, KEEP_WARM_S) for p in pools
     ]
 
 
+def replicas_of_load(rows: Sequence[Arrival], span_s: float, system: System) -> float:
+    """The mean load in full replicas: the arrival rate over what a replica completes of tasks
+    this size, prefill and decode sharing its steps (the engine's `tasks_per_hour`)."""
+    if not rows:
+        return 0.0
+    mean_in = statistics.fmean(a.input_tokens for a in rows)
+    mean_out = statistics.fmean(a.output_tokens for a in rows)
+    per_replica_s = system.dedicated.tasks_per_hour(mean_in, mean_out) / 3600.0
+    return len(rows) / span_s / per_replica_s
+
+
 def sweep_slice(
-    base: list[Arrival], rates: Sequence[float], minutes: float, system: System, progress: Progress
+    base: list[Arrival],
+    rates: Sequence[float],
+    minutes: float,
+    system: System,
+    progress: Progress,
+    jobs: int,
 ) -> list[dict[str, Any]]:
     """Per rate: the volume, the load in replicas and the best plan of each kind."""
-    d = system.dedicated
     rows_out = []
     bar = progress.add_task("rates", total=len(rates))
     for rate in rates:
         rows = scale_rate(base, rate, seed=1)
         span_s = minutes * 60
-        prefill_load = sum(a.input_tokens for a in rows) / span_s / d.prefill_tokens_per_s
-        decode_load = sum(a.output_tokens for a in rows) / span_s / d.decode_capacity_tokens_per_s
-        load_replicas = max(prefill_load, decode_load)
-        results = [
-            evaluate(rows, p, system, slo_ttft_ms=SLO_TTFT_MS, span_s=span_s)
-            for p in plans_for(load_replicas)
-        ]
+        load_replicas = replicas_of_load(rows, span_s, system)
+        plans = plans_for(load_replicas, system.dedicated.max_num_seqs)
+        plans_bar = progress.add_task(f"x{rate:g}: plans", total=len(plans))
+        results = sweep(
+            rows,
+            plans,
+            system,
+            slo_ttft_ms=SLO_TTFT_MS,
+            span_s=span_s,
+            jobs=jobs,
+            progress=functools.partial(progress.advance, plans_bar),
+        )
+        progress.remove_task(plans_bar)
         tokens = sum(a.input_tokens + a.output_tokens for a in rows)
         rows_out.append(
             {
@@ -178,6 +208,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=20.0, help="trace minutes per slice")
     parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--plot", type=Path, help="write the crossover plot here (needs matplotlib)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)")
     return parser.parse_args()
 
 
@@ -207,7 +238,7 @@ def main() -> None:
             f"break-even utilization {thresholds[name]:.0%}"
         )
         with Progress(transient=True) as progress:
-            by_slice[name] = sweep_slice(base, args.rates, args.minutes, system, progress)
+            by_slice[name] = sweep_slice(base, args.rates, args.minutes, system, progress, args.jobs)
         lines += table(name, by_slice[name])
     title = f"{args.calibration} at ${d.gpu_hour_usd:g}/GPU-h against {serverless_name}"
     print(f"python -m bench.rate_sweep: {title} (SLO: TTFT <= 2 s for {TARGET:.0%} of requests)")
