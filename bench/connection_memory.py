@@ -33,7 +33,7 @@ auth: {allow_anonymous: true}
 limits: {max_connections: %d, header_timeout_s: 120, max_share_per_caller: 1.0, max_header_bytes: %d}
 models:
   m:
-    serverless: [{name: sl, base_url: 'http://127.0.0.1:9/v1', model: s}]
+    serverless: [{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://127.0.0.1:9/v1', model: s}]
 """
 
 

@@ -97,7 +97,7 @@ def config_text(ded: str, sl: str, hedge: str) -> str:
     return (
         "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
         f"{hedge}"
-        f"    dedicated: [{{name: ded, base_url: '{ded}', model: d, max_concurrency: 256}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded}', model: d, max_concurrency: 256}}]\n"
         f"    serverless: [{{name: sl, base_url: '{sl}', model: s, usd_per_mtok_in: 0.55, usd_per_mtok_out: 2.19}}]\n"
     )
 

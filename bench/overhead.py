@@ -54,9 +54,9 @@ auth: {{allow_anonymous: true}}
 state: {{redis_url: "{redis_url}", record: {record}}}
 models:
   plain:
-    dedicated: [{{name: nginx-plain, base_url: "http://127.0.0.1:{up}/plain/v1", model: bench, max_concurrency: 100000}}]
+    dedicated: [{{name: nginx-plain, gpu_hour_usd: 0, base_url: "http://127.0.0.1:{up}/plain/v1", model: bench, max_concurrency: 100000}}]
   stream:
-    dedicated: [{{name: nginx-stream, base_url: "http://127.0.0.1:{up}/stream/v1", model: bench, max_concurrency: 100000}}]
+    dedicated: [{{name: nginx-stream, gpu_hour_usd: 0, base_url: "http://127.0.0.1:{up}/stream/v1", model: bench, max_concurrency: 100000}}]
 """
 CLIENTS = ("redis-py", "glide", "coredis")
 

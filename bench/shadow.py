@@ -43,7 +43,7 @@ def config_text(ded: str, sl: str, cand: str, shadow: bool) -> str:
         "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
         "    success: {finish_reasons: [stop, length]}\n"  # the simulators run every answer to max_tokens
         f"{block}"
-        f"    dedicated: [{{name: ded, base_url: '{ded}', model: d, max_concurrency: 256}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded}', model: d, max_concurrency: 256}}]\n"
         f"    serverless: [{{name: sl, base_url: '{sl}', model: s, usd_per_mtok_in: 0.55, usd_per_mtok_out: 2.19}}]\n"
     )
 

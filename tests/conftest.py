@@ -28,6 +28,7 @@ def gateway_config(dedicated: Sim | None, serverless: list[Sim], **model: Any) -
             f"        base_url: {dedicated.base_url}",
             "        model: upstream-ded",
             f"        max_concurrency: {dedicated.app.state.sim.profile.max_concurrency}",
+            "        gpu_hour_usd: 0",
             "        timeouts: {ttft_s: 2, idle_s: 2, connect_s: 1}",
         ]
     if serverless:
@@ -37,6 +38,8 @@ def gateway_config(dedicated: Sim | None, serverless: list[Sim], **model: Any) -
                 f"      - name: sl{i}",
                 f"        base_url: {sim.base_url}",
                 f"        model: upstream-sl{i}",
+                "        usd_per_mtok_in: 0",
+                "        usd_per_mtok_out: 0",
                 "        timeouts: {ttft_s: 2, idle_s: 2, connect_s: 1}",
             ]
     return parse_config("\n".join(lines) + "\n", {})

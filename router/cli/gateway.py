@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import socket
 import sys
@@ -36,6 +37,10 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    unreachable = _reach_state(config)
+    if unreachable:
+        print(f"tidegate: cannot start: {unreachable}", file=sys.stderr)
+        return 2
     if args.workers < 1 or (args.workers > 1 and not config.state.redis_url):
         print(
             "--workers must be 1 without state.redis_url: the memory store is per process, so "
@@ -59,6 +64,31 @@ def _serve(args: argparse.Namespace) -> int:
     return run_workers(
         lambda: create_app(config), served, args.workers, companions[0] if companions else None
     )
+
+
+def _reach_state(config: GatewayConfig) -> str | None:
+    """Connect to the configured Redis once, as start-up will, and let go: an unreachable or
+    refusing Redis is said in one line before `serve` says it is listening (start-up inside
+    the server would say it after, under the lifespan's traceback). None: reachable, not
+    Redis, or `state.start_degraded` (which starts without it on purpose)."""
+    from router.app import store_for  # noqa: PLC0415 (lazy, as create_app)
+    from router.state.roles import StoreUnreachableAtStart  # noqa: PLC0415
+
+    if not config.state.redis_url or config.state.start_degraded:
+        return None
+
+    async def probe() -> None:
+        store = store_for(config)
+        try:
+            await store.start()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(probe())
+    except StoreUnreachableAtStart as exc:
+        return str(exc)
+    return None
 
 
 def _listen(

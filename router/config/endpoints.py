@@ -4,6 +4,7 @@ price; serverless, its prices and keep-warm."""
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -50,6 +51,33 @@ class EndpointConfig(Frozen):
     organization: str = ""  # sent as OpenAI-Organization (a client's own is never forwarded)
     project: str = ""  # sent as OpenAI-Project
     timeouts: TimeoutsConfig = TimeoutsConfig()
+
+    @field_validator("base_url")
+    @classmethod
+    def _api_root(cls, value: str) -> str:
+        """The OpenAI-style API root the request paths are appended to (`.../v1`): a bare host
+        would send `/chat/completions` to the server's root, and a full operation URL would
+        send `/chat/completions/chat/completions`; both fail only at the first request."""
+        parts = urlsplit(value)
+        if not parts.hostname:
+            raise ValueError("no host: expected an API root such as https://api.example.com/v1")
+        if parts.query or parts.fragment:
+            raise ValueError("an API root has no query or fragment")
+        path = parts.path.rstrip("/")
+        if not path:
+            raise ValueError(
+                "no API path: the request paths are appended to it, so give the root the provider "
+                "documents (e.g. https://api.example.com/v1, or http://vllm:8000/v1)"
+            )
+        for operation in ("/chat/completions", "/completions", "/embeddings"):
+            if path.endswith(operation):
+                raise ValueError(f"ends with {operation}: give the API root without the operation")
+        return value
+
+
+# A route's price has no default: a route left unpriced would cost $0 in every report and make
+# the headline figure (cost per successful task) call it free. An explicit 0 is allowed.
+PRICE_FIELDS = frozenset({"gpu_hour_usd", "usd_per_mtok_in", "usd_per_mtok_out"})
 
 
 _CLOCK = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
@@ -106,7 +134,8 @@ class DedicatedEndpoint(EndpointConfig):
     max_concurrency: Annotated[int, Field(gt=0)]  # global across all replicas
     max_waiters: Annotated[int, Field(ge=0)] = 64  # requests waiting in line (routing.max_queue_ms)
     engine_signal: EngineSignalConfig | None = None
-    gpu_hour_usd: Annotated[float, Field(ge=0)] = 0.0  # per GPU: the endpoint costs gpus x this x replicas
+    # per GPU: the endpoint costs gpus x this x replicas; required (PRICE_FIELDS), 0 when paid elsewhere
+    gpu_hour_usd: Annotated[float, Field(ge=0)]
     gpus: Annotated[int, Field(gt=0)] = 1  # per replica
     # provisioned outside the schedule's windows; max_concurrency is the slots at this count
     # (one replica's when 0), so a schedule scales the slots with the replicas (router/economics/costs.py)
@@ -170,8 +199,8 @@ class KeepWarmConfig(Frozen):
 
 
 class ServerlessEndpoint(EndpointConfig):
-    usd_per_mtok_in: Annotated[float, Field(ge=0)] = 0.0
-    usd_per_mtok_out: Annotated[float, Field(ge=0)] = 0.0
+    usd_per_mtok_in: Annotated[float, Field(ge=0)]  # required (PRICE_FIELDS)
+    usd_per_mtok_out: Annotated[float, Field(ge=0)]
     keep_warm: KeepWarmConfig | None = None
 
     @property

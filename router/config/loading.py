@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from router.config.endpoints import PRICE_FIELDS
 from router.config.gateway import ConfigError, GatewayConfig, check_endpoints
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -102,4 +103,6 @@ def _describe(err: Any) -> str:
     else:
         shown = repr(found)
     message = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "missing" and err["loc"] and err["loc"][-1] in PRICE_FIELDS:
+        message = "a route's price is required (write 0 if it costs nothing, and reports will say $0)"
     return f"{path or 'top level'}: {message} (found {shown})"

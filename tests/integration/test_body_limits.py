@@ -44,7 +44,7 @@ def config_text(upstream: str, extra: str = "") -> str:
         f"auth: {{api_keys: [{KEY}], admin_key: {ADMIN}}}\n"
         f"limits: {LIMITS}\n{extra}"
         "models:\n  m:\n"
-        f"    serverless: [{{name: s, base_url: '{upstream}', model: u}}]\n"
+        f"    serverless: [{{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{upstream}', model: u}}]\n"
     )
 
 

@@ -46,9 +46,9 @@ def test_old_results_leave_the_window():
     assert counts.failures_in_window == 3
 
 
-D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=4)
-S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
-S2 = ServerlessEndpoint(name="s2", base_url="http://s2/v1", model="x")
+D1 = DedicatedEndpoint(gpu_hour_usd=0, name="d1", base_url="http://d1/v1", model="x", max_concurrency=4)
+S1 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s1", base_url="http://s1/v1", model="x")
+S2 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s2", base_url="http://s2/v1", model="x")
 MODEL = ModelConfig(dedicated=(D1,), serverless=(S1, S2))
 CONTEXT = RequestContext("m", stream=False, stickiness_key="k")
 
@@ -125,8 +125,8 @@ def test_a_failing_dedicated_endpoint_is_skipped_then_tried_again():
             "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
             "    breaker: {consecutive_failures: 2, cooldown_s: 0.3, max_cooldown_s: 0.3}\n"
             "    retry: {attempts: 2, backoff_ms: 0}\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 4}}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n",
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 4}}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n",
             {},
         )
         app = create_app(config)

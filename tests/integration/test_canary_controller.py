@@ -41,8 +41,8 @@ def write_config(path: Path, ded: Sim, sl: Sim, redis_url: str, **canary: Any) -
         "    breaker: {consecutive_failures: 100000, min_requests: 100000}\n"
         f"    canary: {{{block}, checks: {{ttft_p95_max_ratio: 3, itl_p50_max_ratio: 3,"
         " error_rate_max_percent: 5, success_rate_min_ratio: 0.9}}\n"
-        f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 64}}]\n"
-        f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 64}}]\n"
+        f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
     )
     return path
 

@@ -23,7 +23,7 @@ def test_check_config_accepts_the_example():
 def test_check_config_lists_every_problem_and_fails(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "listen: {port: x}\nmodels:\n  m:\n    policy: nope\n    dedicated: [{name: d, base_url: 'http://d/v1', model: y}]\n"
+        "listen: {port: x}\nmodels:\n  m:\n    policy: nope\n    dedicated: [{name: d, gpu_hour_usd: 0, base_url: 'http://d/v1', model: y}]\n"
     )
     done = run_cli("check-config", str(bad))
     assert done.returncode == 1
@@ -34,7 +34,7 @@ def test_check_config_lists_every_problem_and_fails(tmp_path):
 def test_check_config_reports_an_unknown_policy(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "auth: {allow_anonymous: true}\nmodels:\n  m:\n    policy: nope\n    serverless: [{name: s, base_url: 'http://s/v1', model: y}]\n"
+        "auth: {allow_anonymous: true}\nmodels:\n  m:\n    policy: nope\n    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://s/v1', model: y}]\n"
     )
     done = run_cli("check-config", str(bad))
     assert done.returncode == 1
@@ -46,7 +46,7 @@ def test_check_config_refuses_a_redis_url_serve_could_not_use(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "auth: {allow_anonymous: true}\nstate: {redis_url: 'http://127.0.0.1:6379/0'}\nmodels:\n  m:\n"
-        "    policy: nope\n    serverless: [{name: s, base_url: 'http://s/v1', model: y}]\n"
+        "    policy: nope\n    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://s/v1', model: y}]\n"
     )
     done = run_cli("check-config", str(bad))
     assert done.returncode == 1
@@ -65,8 +65,8 @@ def test_serve_in_front_of_sim_processes(tmp_path):
         config = tmp_path / "tidegate.yaml"
         config.write_text(
             "auth: {allow_anonymous: true}\nmodels:\n  chat:\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.url}', model: d, max_concurrency: 2}}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.url}', model: s, api_key: '${{SL_KEY}}'}}]\n"
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.url}', model: d, max_concurrency: 2}}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.url}', model: s, api_key: '${{SL_KEY}}'}}]\n"
         )
         with CliProcess("serve", "--config", str(config), "--port", "0", env={"SL_KEY": "secret"}) as gw:
             client = openai.OpenAI(base_url=gw.url, api_key="x", max_retries=0)
@@ -125,7 +125,7 @@ def test_serve_refuses_to_start_open_when_every_key_resolves_empty(tmp_path):
     config = tmp_path / "open.yaml"
     config.write_text(
         "auth: {api_keys: ['${TIDEGATE_API_KEY:-}']}\nmodels:\n  m:\n"
-        "    serverless: [{name: s, base_url: 'http://127.0.0.1:1/v1', model: y}]\n"
+        "    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://127.0.0.1:1/v1', model: y}]\n"
     )
     done = run_cli("serve", "--config", str(config), "--port", "0", env={"TIDEGATE_API_KEY": ""})
     assert done.returncode == 2
@@ -137,7 +137,7 @@ def test_serve_refuses_to_start_when_redis_is_unreachable_unless_told_to_start_d
     port = next(free_port_iter())
     text = (
         "auth: {{api_keys: [k]}}\nstate: {{redis_url: 'redis://:hunter2@127.0.0.1:{port}/0'{extra}}}\n"
-        "models:\n  m:\n    serverless: [{{name: s, base_url: 'http://127.0.0.1:1/v1', model: y}}]\n"
+        "models:\n  m:\n    serverless: [{{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://127.0.0.1:1/v1', model: y}}]\n"
     )
     config = tmp_path / "redis.yaml"
     config.write_text(text.format(port=port, extra=""))

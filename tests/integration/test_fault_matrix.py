@@ -43,8 +43,8 @@ def config_text(
         f"{extra}models:\n  m:\n"
         "    retry: {attempts: 3, backoff_ms: 10}\n"
         f"{model_extra}"
-        f"    dedicated: [{{name: ded, base_url: '{ded_url}', model: d, max_concurrency: 4, {timeouts}}}]\n"
-        f"    serverless: [{{name: sl, base_url: '{sl_url}', model: s, {sl_timeouts}}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded_url}', model: d, max_concurrency: 4, {timeouts}}}]\n"
+        f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl_url}', model: s, {sl_timeouts}}}]\n"
     )
 
 

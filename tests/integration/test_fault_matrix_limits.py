@@ -106,8 +106,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer)
             lines += [
                 f"  {model}:",
                 "    retry: {attempts: 3, backoff_ms: 1}",
-                f"    dedicated: [{{name: ded-{model}, base_url: '{url}', model: d, max_concurrency: 4, {TIMEOUTS}}}]",
-                f"    serverless: [{{name: sl-{model}, base_url: '{sl_sim.base_url}', model: s, {TIMEOUTS}}}]",
+                f"    dedicated: [{{name: ded-{model}, gpu_hour_usd: 0, base_url: '{url}', model: d, max_concurrency: 4, {TIMEOUTS}}}]",
+                f"    serverless: [{{name: sl-{model}, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl_sim.base_url}', model: s, {TIMEOUTS}}}]",
             ]
         config = tmp_path_factory.mktemp("limits") / "tidegate.yaml"
         config.write_text("\n".join(lines) + "\n")

@@ -45,10 +45,10 @@ def config(ded_url: str, sl_url: str | None, *, limits: str = "", capacity: int 
         "models:",
         "  m:",
         "    retry: {attempts: 3, backoff_ms: 1}",
-        f"    dedicated: [{{name: ded, base_url: '{ded_url}', model: d, max_concurrency: {capacity}, {TIMEOUTS}}}]",
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded_url}', model: d, max_concurrency: {capacity}, {TIMEOUTS}}}]",
     ]
     if sl_url is not None:
-        lines.append(f"    serverless: [{{name: sl, base_url: '{sl_url}', model: s, {TIMEOUTS}}}]")
+        lines.append(f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl_url}', model: s, {TIMEOUTS}}}]")
     return parse_config("\n".join(lines) + "\n", {})
 
 

@@ -116,15 +116,15 @@ def write_config(
         f"limits: {LIMITS}\n"
         "models:\n"
         "  m:\n"
-        f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 8}}]\n"
-        f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 8}}]\n"
+        f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
         "  paid:\n"
         f"    serverless: [{{name: sl-paid, base_url: '{sl.base_url}', model: s, usd_per_mtok_in: {PRICE_IN},"
         f" usd_per_mtok_out: {PRICE_OUT}}}]\n"
         "  held:\n"  # takes the whole body, then answers after a while: bodies stay held
-        f"    dedicated: [{{name: ded-held, base_url: '{held.url}', model: d, max_concurrency: 64, {timeouts}}}]\n"
+        f"    dedicated: [{{name: ded-held, gpu_hour_usd: 0, base_url: '{held.url}', model: d, max_concurrency: 64, {timeouts}}}]\n"
         "  schema:\n"
-        f"    serverless: [{{name: sl-redos, base_url: '{redos.url}', model: s, {timeouts}}}]\n"
+        f"    serverless: [{{name: sl-redos, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{redos.url}', model: s, {timeouts}}}]\n"
     )
     return path
 
@@ -549,8 +549,8 @@ def test_the_shadow_cap_holds_with_n_8_and_no_max_tokens(tmp_path, redis_url, fa
             f"      candidate: {{name: cand, base_url: '{candidate.base_url}', model: c,"
             " usd_per_mtok_in: 1, usd_per_mtok_out: 2}\n"
             f"      percent: 100\n      max_usd_per_day: {cap}\n      max_in_flight: 64\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 8}}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 8}}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
         )
         with CliProcess("serve", "--config", str(tmp_path / "s.yaml"), "--port", "0") as gateway:
 
@@ -684,7 +684,7 @@ def test_a_revoked_keys_series_leave_metrics_and_metrics_can_be_served_apart(
             f"state: {{redis_url: '{redis_url}'}}\n"
             f"server: {{metrics_listen: {{host: 127.0.0.1, port: 0}}}}\n"
             f"auth: {{api_keys: [static-key], admin_key: {ADMIN}}}\n"
-            f"models:\n  m:\n    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 8}}]\n"
+            f"models:\n  m:\n    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 8}}]\n"
         )
         with CliProcess("serve", "--config", str(tmp_path / "m.yaml"), "--port", "0") as gateway:
             wait_until(lambda: any("metrics on http" in line for line in gateway.output), timeout=10)
@@ -725,7 +725,7 @@ def test_a_start_up_failure_of_any_kind_exits_2(tmp_path, redis_url):
     try:
         (tmp_path / "p.yaml").write_text(
             f"state: {{redis_url: '{redis_url}'}}\nauth: {{allow_anonymous: true}}\n"
-            "models:\n  m:\n    serverless: [{name: sl, base_url: 'http://127.0.0.1:9/v1', model: s}]\n"
+            "models:\n  m:\n    serverless: [{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://127.0.0.1:9/v1', model: s}]\n"
         )
         failed = run_cli("serve", "--config", str(tmp_path / "p.yaml"), "--port", str(port))
     finally:

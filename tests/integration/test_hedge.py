@@ -29,7 +29,7 @@ def config_text(ded: Sim, sl: Sim, hedge: str) -> str:
     return (
         f"auth: {{allow_anonymous: true, admin_key: {ADMIN}}}\nmodels:\n  m:\n"
         f"    hedge: {hedge}\n"
-        f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 64}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 64}}]\n"
         f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s, usd_per_mtok_in: 1,"
         " usd_per_mtok_out: 2}]\n"
     )

@@ -30,7 +30,7 @@ def config_text(sl: Sim, redis_url: str = "", **warm: object) -> str:
     state = f"state: {{redis_url: '{redis_url}', leader_ttl_s: 1}}\n" if redis_url else ""
     return (
         f"{state}auth: {{allow_anonymous: true, admin_key: {ADMIN}}}\nmodels:\n  m:\n"
-        "    dedicated: [{name: ded, base_url: 'http://127.0.0.1:9/v1', model: d, max_concurrency: 4}]\n"
+        "    dedicated: [{name: ded, gpu_hour_usd: 0, base_url: 'http://127.0.0.1:9/v1', model: d, max_concurrency: 4}]\n"
         f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s, usd_per_mtok_in: 1, "
         f"usd_per_mtok_out: 1, keep_warm: {{interval_s: {INTERVAL_S}{extra}}}}}]\n"
     )
@@ -166,8 +166,8 @@ async def test_a_cold_probe_shrinks_the_interval_until_the_route_stays_warm():
     with Sim(profile) as sl:
         config = parse_config(
             f"auth: {{allow_anonymous: true, admin_key: {ADMIN}}}\nmodels:\n  m:\n"
-            "    dedicated: [{name: ded, base_url: 'http://127.0.0.1:9/v1', model: d, max_concurrency: 4}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s, keep_warm: {{interval_s: 2.5,"
+            "    dedicated: [{name: ded, gpu_hour_usd: 0, base_url: 'http://127.0.0.1:9/v1', model: d, max_concurrency: 4}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s, keep_warm: {{interval_s: 2.5,"
             " learn: true, min_interval_s: 0.2, cold_ms: 300}}]\n",
             {},
         )

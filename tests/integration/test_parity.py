@@ -45,7 +45,7 @@ def write_config(path: Path, sims: dict[str, Sim], *, redis_url: str = "", enfor
         state
         + f"auth: {{allow_anonymous: true, admin_key: {ADMIN}}}\nmodels:\n  m:\n"
         + f"    parity: {{enforce: {str(enforce).lower()}}}\n"
-        + f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
+        + f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
         + "    serverless:\n"
         + "".join(  # the drifting endpoint first: without parity it would take every spill
             f"      - {{name: {name}, base_url: '{sim.base_url}', model: s, usd_per_mtok_in: 0.2,"

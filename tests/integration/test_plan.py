@@ -90,7 +90,7 @@ def test_a_replay_at_a_speed_the_gateway_was_not_time_lapsed_for_is_refused(tmp_
         config = tmp_path / "g.yaml"
         config.write_text(
             "auth: {allow_anonymous: true}\nstate: {window_s: 40}\nmodels:\n  m:\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
         )
         scaled = run_cli("replay", "--scale-config", str(config), "--speed", "4")
         assert scaled.returncode == 0, scaled.stderr
@@ -137,8 +137,8 @@ def test_plan_calibrates_its_model_from_a_running_gateways_route_figures(tmp_pat
     with Sim(dedicated) as ded, Sim(serverless) as sl:
         config = parse_config(
             f"auth: {{allow_anonymous: true, admin_key: {admin}}}\nmodels:\n  m:\n"
-            f"    dedicated: [{{name: d, base_url: '{ded.base_url}', model: d, max_concurrency: 1}}]\n"
-            f"    serverless: [{{name: s, base_url: '{sl.base_url}', model: s}}]\n",
+            f"    dedicated: [{{name: d, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 1}}]\n"
+            f"    serverless: [{{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n",
             {},
         )
         with ThreadServer(create_app(config)) as gateway:

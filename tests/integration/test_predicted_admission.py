@@ -34,9 +34,9 @@ def test_a_burst_of_long_prompts_fills_the_prefill_budget_and_spills_the_rest_at
             "auth: {allow_anonymous: true, admin_key: " + "a" * 32 + "}\nmodels:\n  m:\n"
             "    routing: {admission: predicted_ttft}\n"
             "    slo: {ttft_budget_ms: 1000}\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 64,"
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 64,"
             " prefill_tokens_per_s: 2000, ttft_overhead_ms: 50}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n",
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n",
             {},
         )
         with ThreadServer(create_app(config)) as server:
@@ -81,10 +81,10 @@ async def test_the_engines_own_queue_of_requests_that_bypass_tidegate_counts_in_
             "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
             "    routing: {admission: predicted_ttft}\n"
             "    slo: {ttft_budget_ms: 1000}\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 64,"
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 64,"
             " prefill_tokens_per_s: 2000, ttft_overhead_ms: 50,"
             f" engine_signal: {{metrics_url: '{metrics_url}', max_running: 64}}}}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n",
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n",
             {},
         )
         signals = Signals(config, MemoryStore())

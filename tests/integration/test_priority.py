@@ -35,7 +35,7 @@ def write_config(path: Path, ded: Sim, sl: Sim, redis_url: str, on_timeout: str 
         f"    - {{name: app, team: web, key_sha256: {digest(USER)}}}\n"
         "models:\n  m:\n"
         f"    routing: {{batch: {{max_wait_s: 30, reserve_slots: 1, on_timeout: {on_timeout}}}}}\n"
-        f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
         f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s, usd_per_mtok_in: 1.0,"
         " usd_per_mtok_out: 2.0}]\n"
     )

@@ -79,7 +79,7 @@ def connected_clients(raw: redis.Redis) -> int:
 def test_readiness_is_served_from_memory_whoever_asks(redis_url):
     text = (
         f"state: {{redis_url: '{redis_url}'}}\nauth: {{allow_anonymous: true}}\n"
-        "models:\n  m:\n    serverless: [{name: s, base_url: 'http://127.0.0.1:9/v1', model: x}]\n"
+        "models:\n  m:\n    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://127.0.0.1:9/v1', model: x}]\n"
     )
     raw = redis.Redis.from_url(redis_url)
     with ThreadServer(create_app(parse_config(text, {}))) as server:

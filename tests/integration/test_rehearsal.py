@@ -28,8 +28,8 @@ def test_three_replicas_behave_as_one_gateway(tmp_path: Path, redis_url):
         config.write_text(
             f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm, allow_anonymous: true}}\n"
             "models:\n  m:\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
         )
         replicas = [CliProcess("serve", "--config", str(config), "--port", "0") for _ in range(3)]
         for r in replicas:

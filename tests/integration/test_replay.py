@@ -26,8 +26,8 @@ def test_a_replay_sends_every_row_on_time_with_its_sizes_and_reports_the_slo(tmp
         config = tmp_path / "g.yaml"
         config.write_text(
             "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 4}}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 4}}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
         )
         with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
             done = run_cli(

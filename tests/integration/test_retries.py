@@ -44,7 +44,7 @@ def config_for(ded: Sim, sls: list[Sim], model_extra: str = ""):
     return parse_config(
         "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
         f"{model_extra}"
-        f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 4}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 4}}]\n"
         f"    serverless: [{serverless}]\n",
         {},
     )

@@ -95,7 +95,7 @@ def test_two_replicas_report_the_combined_figures(tmp_path: Path, redis_url):
         config = tmp_path / "t.yaml"
         config.write_text(
             f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm, allow_anonymous: true}}\n"
-            f"models:\n  m:\n    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+            f"models:\n  m:\n    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
         )
         with (
             CliProcess("serve", "--config", str(config), "--port", "0") as a,
@@ -144,8 +144,8 @@ def test_dedicated_routes_report_utilization_and_queue(tmp_path: Path, redis_url
         config.write_text(
             f"state: {{redis_url: '{redis_url}'}}\nauth: {{admin_key: adm, allow_anonymous: true}}\n"
             "models:\n  m:\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 2}}]\n"
-            f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 2}}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
         )
         with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
             client_ttfts(gw.url, 12, 4)

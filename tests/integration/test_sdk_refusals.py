@@ -27,14 +27,14 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 def dedicated_only(sim: Sim) -> str:
     return (
         "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
-        f"    dedicated: [{{name: ded, base_url: '{sim.base_url}', model: d, max_concurrency: 1}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{sim.base_url}', model: d, max_concurrency: 1}}]\n"
     )
 
 
 def serverless_only(sim: Sim) -> str:
     return (
         "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
-        f"    serverless: [{{name: sl, base_url: '{sim.base_url}', model: s}}]\n"
+        f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sim.base_url}', model: s}}]\n"
     )
 
 

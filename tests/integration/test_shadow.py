@@ -71,7 +71,7 @@ def write_config(path: Path, ded: Sim, live: Sim, candidate: Sim, redis_url: str
         f" usd_per_mtok_in: {PRICE[0]}, usd_per_mtok_out: {PRICE[1]}}}\n"
         f"      percent: 100\n      max_usd_per_day: {cap_usd!r}\n      max_in_flight: 64\n"
         "      compare: {agree: tool_name}\n"
-        f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 8}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 8}}]\n"
         f"    serverless: [{{name: sl, base_url: '{live.base_url}', model: s, usd_per_mtok_in: 0.2,"
         " usd_per_mtok_out: 0.6}]\n"
     )
@@ -198,8 +198,8 @@ def test_a_dedicated_shadow_takes_only_free_slots_and_is_dropped_under_load(tmp_
             f"auth: {{allow_anonymous: true, admin_key: {ADMIN}}}\nmodels:\n  m:\n"
             "    canary_percent: 0\n"
             "    shadow: {endpoint: ded, percent: 100, max_in_flight: 64, min_free_percent: 50}\n"
-            f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 2}}]\n"
-            f"    serverless: [{{name: sl, base_url: '{live.base_url}', model: s}}]\n"
+            f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 2}}]\n"
+            f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{live.base_url}', model: s}}]\n"
         )
         with CliProcess("serve", "--config", str(tmp_path / "s.yaml"), "--port", "0") as gw:
             client = openai.OpenAI(base_url=gw.url, api_key="x", max_retries=0, timeout=30)

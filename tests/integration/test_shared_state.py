@@ -20,8 +20,8 @@ def write_config(path: Path, ded: Sim, sl: Sim, redis_url: str, lease_ttl_s: flo
     path.write_text(
         f"state: {{redis_url: '{redis_url}', lease_ttl_s: {lease_ttl_s}}}\n"
         "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
-        f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
-        f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: {CAPACITY}}}]\n"
+        f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
     )
     return path
 

@@ -37,11 +37,11 @@ def write_config(path: Path, ded: Sim, sl: Sim, redis_url: str) -> Path:
         f"    - {{name: thrifty, team: ops, key_sha256: {digest(THRIFTY)}, max_usd_per_day: 0.000001,"
         " models: [m]}\n"
         "models:\n  m:\n"
-        f"    dedicated: [{{name: ded, base_url: '{ded.base_url}', model: d, max_concurrency: 1}}]\n"
+        f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 1}}]\n"
         f"    serverless: [{{name: sl, base_url: '{sl.base_url}', model: s, usd_per_mtok_in: 1.0,"
         " usd_per_mtok_out: 2.0}]\n"
         "  other:\n"
-        f"    serverless: [{{name: sl2, base_url: '{sl.base_url}', model: s}}]\n"
+        f"    serverless: [{{name: sl2, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
     )
     return path
 

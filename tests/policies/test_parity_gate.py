@@ -12,9 +12,9 @@ from policies.types import Snapshot
 from router.config import DedicatedEndpoint, ModelConfig, ServerlessEndpoint
 from router.config.model import ParityConfig
 
-D = DedicatedEndpoint(name="d", base_url="http://d", model="m", max_concurrency=2)
-S1 = ServerlessEndpoint(name="s1", base_url="http://s1", model="m")
-S2 = ServerlessEndpoint(name="s2", base_url="http://s2", model="m")
+D = DedicatedEndpoint(gpu_hour_usd=0, name="d", base_url="http://d/v1", model="m", max_concurrency=2)
+S1 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s1", base_url="http://s1/v1", model="m")
+S2 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s2", base_url="http://s2/v1", model="m")
 CANDIDATES = (D, S1, S2)
 CONTEXT = RequestContext("m", False, "k")
 

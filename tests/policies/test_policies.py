@@ -9,10 +9,10 @@ from policies.base import Policy, Reason, RequestContext
 from policies.types import Snapshot
 from router.config import DedicatedEndpoint, ModelConfig, ServerlessEndpoint
 
-D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=2)
-D2 = DedicatedEndpoint(name="d2", base_url="http://d2/v1", model="x", max_concurrency=1)
-S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
-S2 = ServerlessEndpoint(name="s2", base_url="http://s2/v1", model="x")
+D1 = DedicatedEndpoint(gpu_hour_usd=0, name="d1", base_url="http://d1/v1", model="x", max_concurrency=2)
+D2 = DedicatedEndpoint(gpu_hour_usd=0, name="d2", base_url="http://d2/v1", model="x", max_concurrency=1)
+S1 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s1", base_url="http://s1/v1", model="x")
+S2 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s2", base_url="http://s2/v1", model="x")
 MODEL = ModelConfig(serverless=(S1,))
 CONTEXT = RequestContext("m", stream=False, stickiness_key=None)
 

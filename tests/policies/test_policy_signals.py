@@ -21,10 +21,10 @@ from router.config import (
 )
 from router.signals.loop import EngineScrapeError, parse_engine_metrics
 
-D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=4)
-S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
-S2 = ServerlessEndpoint(name="s2", base_url="http://s2/v1", model="x")
-S3 = ServerlessEndpoint(name="s3", base_url="http://s3/v1", model="x")
+D1 = DedicatedEndpoint(gpu_hour_usd=0, name="d1", base_url="http://d1/v1", model="x", max_concurrency=4)
+S1 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s1", base_url="http://s1/v1", model="x")
+S2 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s2", base_url="http://s2/v1", model="x")
+S3 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s3", base_url="http://s3/v1", model="x")
 
 
 def figures(p95: float, samples: int = 100, cv: float = 0.2, mean: float | None = None) -> Figures:

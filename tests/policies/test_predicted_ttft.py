@@ -23,9 +23,9 @@ from router.config import (
 )
 from router.signals.prefill import PrefillLearner
 
-D1 = DedicatedEndpoint(name="d1", base_url="http://d1/v1", model="x", max_concurrency=64)
-D2 = DedicatedEndpoint(name="d2", base_url="http://d2/v1", model="x", max_concurrency=64)
-S1 = ServerlessEndpoint(name="s1", base_url="http://s1/v1", model="x")
+D1 = DedicatedEndpoint(gpu_hour_usd=0, name="d1", base_url="http://d1/v1", model="x", max_concurrency=64)
+D2 = DedicatedEndpoint(gpu_hour_usd=0, name="d2", base_url="http://d2/v1", model="x", max_concurrency=64)
+S1 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s1", base_url="http://s1/v1", model="x")
 MODEL = ModelConfig(
     routing=RoutingConfig(admission=Admission.PREDICTED_TTFT),
     slo=SloConfig(ttft_budget_ms=2000),
@@ -93,8 +93,8 @@ models:
   m:
     routing: {admission: predicted_ttft%s}
     slo: {%s}
-    dedicated: [{name: d, base_url: "http://127.0.0.1:1/v1", model: x, max_concurrency: 8}]
-    serverless: [{name: s, base_url: "http://127.0.0.1:2/v1", model: x}]
+    dedicated: [{name: d, gpu_hour_usd: 0, base_url: "http://127.0.0.1:1/v1", model: x, max_concurrency: 8}]
+    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: "http://127.0.0.1:2/v1", model: x}]
 """
 
 

@@ -171,13 +171,13 @@ def model_yaml(
     if dedicated:
         lines.append("    dedicated:")
         lines += [
-            f"      - {{name: {n}, base_url: 'http://{n}.test/v1', model: up, max_concurrency: {capacity}, {TIMEOUTS}}}"
+            f"      - {{name: {n}, gpu_hour_usd: 0, base_url: 'http://{n}.test/v1', model: up, max_concurrency: {capacity}, {TIMEOUTS}}}"
             for n in dedicated
         ]
     if serverless:
         lines.append("    serverless:")
         lines += [
-            f"      - {{name: {n}, base_url: 'http://{n}.test/v1', model: up, api_key: 'prov-{n}', {TIMEOUTS}}}"
+            f"      - {{name: {n}, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://{n}.test/v1', model: up, api_key: 'prov-{n}', {TIMEOUTS}}}"
             for n in serverless
         ]
     more = f", {retry}" if retry else ""

@@ -43,7 +43,7 @@ auth: {allow_anonymous: true}
 models:
   m:
     canary: {steps: [10, 100]}
-    serverless: [{name: s, base_url: "http://s", model: x}]
+    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: "http://s/v1", model: x}]
 """
     with pytest.raises(ConfigError, match=r"models\.m\.canary: .* needs at least one of each"):
         parse_config(text, {})

@@ -14,7 +14,7 @@ auth: {allow_anonymous: true}
 models:
   m:
     serverless:
-      - {name: a, base_url: "http://127.0.0.1:1/v1", model: x}
+      - {name: a, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: "http://127.0.0.1:1/v1", model: x}
 """
 
 
@@ -120,7 +120,7 @@ def test_variable_default_and_embedded_references():
             "models.m.dedicated[0].max_concurrency: Input should be a valid integer, unable to parse string as an integer (found 'lots')",
         ),
         (
-            MINIMAL.replace("model: x", "model: x2}\n      - {name: a, base_url: 'http://h/v1', model: y"),
+            MINIMAL.replace("model: x", "model: x2}\n      - {name: a, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://h/v1', model: y"),
             "models.m: endpoint name 'a' is used twice",
         ),
         (
@@ -175,7 +175,7 @@ def test_the_example_hedges_slow_dedicated_first_tokens():
 )
 def test_a_wrong_hedge_is_refused_naming_its_key(hedge, refused_because):
     text = MINIMAL.replace("  m:\n", f"  m:\n    hedge: {hedge}\n") + (
-        '    dedicated: [{name: d, base_url: "http://127.0.0.1:2/v1", model: x, max_concurrency: 4}]\n'
+        '    dedicated: [{name: d, gpu_hour_usd: 0, base_url: "http://127.0.0.1:2/v1", model: x, max_concurrency: 4}]\n'
     )
     with pytest.raises(ConfigError) as caught:
         parse_config(text, {})

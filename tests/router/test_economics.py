@@ -94,7 +94,7 @@ def test_replica_seconds_follow_the_schedule_across_midnight():
 def test_a_schedule_that_cannot_be_priced_is_refused(schedule, problem):
     from router.config import ConfigError, parse_config  # noqa: PLC0415
 
-    endpoint = {"name": "d", "base_url": "http://d", "model": "m", "max_concurrency": 1, "schedule": schedule}
+    endpoint = {"name": "d", "gpu_hour_usd": 0, "base_url": "http://d/v1", "model": "m", "max_concurrency": 1, "schedule": schedule}
     text = orjson.dumps(
         {"auth": {"allow_anonymous": True}, "models": {"m": {"dedicated": [endpoint]}}}
     ).decode()
@@ -131,7 +131,7 @@ def test_windows_on_different_days_may_share_their_hours():
         {"start": "08:00", "end": "20:00", "replicas": 2, "days": ["mon", "tue", "wed", "thu", "fri"]},
         {"start": "08:00", "end": "20:00", "replicas": 1, "days": ["sat"]},
     ]
-    endpoint = {"name": "d", "base_url": "http://d", "model": "m", "max_concurrency": 1, "replicas": 0}
+    endpoint = {"name": "d", "gpu_hour_usd": 0, "base_url": "http://d/v1", "model": "m", "max_concurrency": 1, "replicas": 0}
     text = orjson.dumps(
         {
             "auth": {"allow_anonymous": True},

@@ -259,7 +259,7 @@ def test_mirrored_samples_the_percent_by_request_id_and_obeys_the_header_and_siz
     from router.openai import RequestPeek  # noqa: PLC0415
     from router.request.mirror import mirrored  # noqa: PLC0415
 
-    sl = ServerlessEndpoint(name="s", base_url="http://s", model="m")
+    sl = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s", base_url="http://s/v1", model="m")
     model = ModelConfig(serverless=(sl,), shadow=ShadowConfig(endpoint="s", percent=10, max_prompt_tokens=100))
     peek = RequestPeek({}, "m", False, None, False, prompt_tokens=50)
     chosen = [mirrored(model, peek, f"req-{i}", []) for i in range(5000)]
@@ -277,9 +277,9 @@ def test_mirrored_samples_the_percent_by_request_id_and_obeys_the_header_and_siz
     ("shadow", "error"),
     [
         ({}, "give either endpoint"),
-        ({"endpoint": "s", "candidate": {"name": "c", "base_url": "http://c", "model": "m"}}, "give either endpoint"),
+        ({"endpoint": "s", "candidate": {"name": "c", "usd_per_mtok_in": 0, "usd_per_mtok_out": 0, "base_url": "http://c/v1", "model": "m"}}, "give either endpoint"),
         ({"endpoint": "nope"}, "not an endpoint of this model"),
-        ({"candidate": {"name": "s", "base_url": "http://c", "model": "m"}}, "is taken"),
+        ({"candidate": {"name": "s", "usd_per_mtok_in": 0, "usd_per_mtok_out": 0, "base_url": "http://c/v1", "model": "m"}}, "is taken"),
         ({"endpoint": "s", "percent": 0}, "percent"),
         ({"endpoint": "s", "compare": {"agree": "similar"}}, "agree"),
         ({"endpoint": "s", "compare": {"agree": {"label": "("}}}, "label"),
@@ -289,7 +289,7 @@ def test_a_bad_shadow_config_names_the_key(shadow, error):
     from router.config import ConfigError, parse_config  # noqa: PLC0415
 
     raw = {
-        "models": {"m": {"serverless": [{"name": "s", "base_url": "http://s", "model": "m"}], "shadow": shadow}}
+        "models": {"m": {"serverless": [{"name": "s", "usd_per_mtok_in": 0, "usd_per_mtok_out": 0, "base_url": "http://s/v1", "model": "m"}], "shadow": shadow}}
     }
     with pytest.raises(ConfigError) as refused:
         parse_config(orjson.dumps(raw).decode(), {})

@@ -179,8 +179,8 @@ models:
   m:
     routing: {max_queue_ms: 1000}
     slo: {ttft_p95_ms: 2000}
-    dedicated: [{name: d, base_url: "http://127.0.0.1:1/v1", model: x, max_concurrency: 4}]
-    serverless: [{name: s, base_url: "http://127.0.0.1:2/v1", model: x, timeouts: {ttft_s: 30}}]
+    dedicated: [{name: d, gpu_hour_usd: 0, base_url: "http://127.0.0.1:1/v1", model: x, max_concurrency: 4}]
+    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: "http://127.0.0.1:2/v1", model: x, timeouts: {ttft_s: 30}}]
 """
 
 

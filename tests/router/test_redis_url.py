@@ -64,7 +64,7 @@ def _config(url: str) -> GatewayConfig:
         {
             "auth": {"allow_anonymous": True},
             "state": {"redis_url": url},
-            "models": {"m": {"serverless": [{"name": "s", "base_url": "http://s/v1", "model": "y"}]}},
+            "models": {"m": {"serverless": [{"name": "s", "usd_per_mtok_in": 0, "usd_per_mtok_out": 0, "base_url": "http://s/v1", "model": "y"}]}},
         }
     )
 

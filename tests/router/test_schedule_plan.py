@@ -71,7 +71,7 @@ def test_the_written_schedule_prices_exactly_the_chosen_replica_hours(seed):
     rng = random.Random(seed)
     week = [rng.choice((0, 0, 1, 2, 3)) if rng.random() < 0.3 else 1 for _ in range(168)]
     base, entries = config_schedule(week)
-    endpoint = {"name": "d", "base_url": "http://d", "model": "m", "max_concurrency": 4, "replicas": base}
+    endpoint = {"name": "d", "gpu_hour_usd": 0, "base_url": "http://d/v1", "model": "m", "max_concurrency": 4, "replicas": base}
     text = orjson.dumps(
         {
             "auth": {"allow_anonymous": True},

@@ -146,7 +146,7 @@ async def through_gateway() -> AsyncIterator[httpx.AsyncClient]:
     def transport(endpoint: Endpoint) -> httpx.AsyncBaseTransport:
         return httpx.ASGITransport(app=sim)
 
-    yaml = "auth: {allow_anonymous: true}\nmodels:\n  m:\n    serverless: [{name: sl, base_url: 'http://sim/v1', model: up}]\n"
+    yaml = "auth: {allow_anonymous: true}\nmodels:\n  m:\n    serverless: [{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://sim/v1', model: up}]\n"
     app = create_app(parse_config(yaml, {}), transport=transport)
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
     async with app.router.lifespan_context(app), client:
