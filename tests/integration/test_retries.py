@@ -40,7 +40,7 @@ def test_budget_refills_as_the_window_slides():
 
 
 def config_for(ded: Sim, sls: list[Sim], model_extra: str = ""):
-    serverless = ", ".join(f"{{name: sl{i}, base_url: '{s.base_url}', model: s}}" for i, s in enumerate(sls))
+    serverless = ", ".join(f"{{name: sl{i}, base_url: '{s.base_url}', model: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0}}" for i, s in enumerate(sls))
     return parse_config(
         "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
         f"{model_extra}"

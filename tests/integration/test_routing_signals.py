@@ -23,8 +23,12 @@ def config(text: str) -> GatewayConfig:
     return parse_config(text, {})
 
 
-def endpoint(name: str, sim: Sim, extra: str = "") -> str:
-    return f"{{name: {name}, base_url: '{sim.base_url}', model: {name}{extra}}}"
+def dedicated_route(name: str, sim: Sim, extra: str = "") -> str:
+    return f"{{name: {name}, base_url: '{sim.base_url}', model: {name}, gpu_hour_usd: 0{extra}}}"
+
+
+def serverless_route(name: str, sim: Sim) -> str:
+    return f"{{name: {name}, base_url: '{sim.base_url}', model: {name}, usd_per_mtok_in: 0, usd_per_mtok_out: 0}}"
 
 
 @contextmanager
@@ -64,8 +68,8 @@ def test_slo_guard_spills_a_slow_dedicated_route_and_returns_when_it_recovers(re
             # the SLO sits far from both TTFTs (~1 ms healthy, ~500 ms slowed), so a loaded
             # machine's scheduling delays cannot move a sample across it
             "    slo: {ttft_p95_ms: 250, min_samples: 5, dwell_s: 0, recover_ratio: 0.8}\n"
-            f"    dedicated: [{endpoint('ded', ded, ', max_concurrency: 8')}]\n"
-            f"    serverless: [{endpoint('sl0', sl)}]\n"
+            f"    dedicated: [{dedicated_route('ded', ded, ', max_concurrency: 8')}]\n"
+            f"    serverless: [{serverless_route('sl0', sl)}]\n"
         )
         with gateway(cfg) as client:
             healthy = [stream(client) for _ in range(5)]
@@ -90,8 +94,8 @@ def test_engine_signal_spills_when_vllm_reports_a_queue_from_other_clients():
         app = create_app(
             config(
                 "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
-                f"    dedicated: [{endpoint('ded', ded, ', max_concurrency: 16, ' + signal)}]\n"
-                f"    serverless: [{endpoint('sl0', sl)}]\n"
+                f"    dedicated: [{dedicated_route('ded', ded, ', max_concurrency: 16, ' + signal)}]\n"
+                f"    serverless: [{serverless_route('sl0', sl)}]\n"
             )
         )
         with ThreadServer(app) as server:
@@ -137,7 +141,7 @@ def test_fastest_moves_traffic_to_the_serverless_route_with_the_lower_p95_ttft()
         cfg = config(
             "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
             "    routing: {serverless: fastest, min_samples: 5, explore_percent: 50}\n"
-            f"    serverless: [{endpoint('sl0', sl0)}, {endpoint('sl1', sl1)}]\n"
+            f"    serverless: [{serverless_route('sl0', sl0)}, {serverless_route('sl1', sl1)}]\n"
         )
         app = create_app(cfg)
         with ThreadServer(app) as server:
@@ -167,8 +171,8 @@ def test_a_request_waits_in_line_for_a_dedicated_slot_when_allowed():
         cfg = config(
             "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
             "    routing: {max_queue_ms: 5000}\n"
-            f"    dedicated: [{endpoint('ded', ded, ', max_concurrency: 1')}]\n"
-            f"    serverless: [{endpoint('sl0', sl)}]\n"
+            f"    dedicated: [{dedicated_route('ded', ded, ', max_concurrency: 1')}]\n"
+            f"    serverless: [{serverless_route('sl0', sl)}]\n"
         )
         with gateway(cfg) as client:
             first: list[tuple[str, str]] = []
