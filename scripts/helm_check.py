@@ -155,7 +155,19 @@ def example_config(tidegate: str, values: dict[str, Any], workdir: Path) -> str 
 
 
 def rolls_on_config_change() -> str | None:
-    other = {"other": {"serverless": [{"name": "p", "usd_per_mtok_in": 0, "usd_per_mtok_out": 0, "base_url": "https://p.example/v1", "model": "x"}]}}
+    other = {
+        "other": {
+            "serverless": [
+                {
+                    "name": "p",
+                    "usd_per_mtok_in": 0,
+                    "usd_per_mtok_out": 0,
+                    "base_url": "https://p.example/v1",
+                    "model": "x",
+                }
+            ]
+        }
+    }
     first = find(documents(render(CHART)), "Deployment")
     changed = find(documents(render(CHART, {"routes": other})), "Deployment")
     key = "checksum/config"
@@ -248,7 +260,13 @@ def refusal_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
             f.write("\n{{ if .Values.service.port }}\n")  # an unclosed action
 
     def rejected_by_tidegate() -> str | None:
-        twice = {"name": "p", "usd_per_mtok_in": 0, "usd_per_mtok_out": 0, "base_url": "https://p.example/v1", "model": "x"}
+        twice = {
+            "name": "p",
+            "usd_per_mtok_in": 0,
+            "usd_per_mtok_out": 0,
+            "base_url": "https://p.example/v1",
+            "model": "x",
+        }
         configmap = find(
             documents(render(CHART, {"routes": {"m": {"serverless": [twice, twice]}}})), "ConfigMap"
         )

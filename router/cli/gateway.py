@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from router.cli.serving import Served, bind, run, run_workers, serving_of, startup_failed
-from router.config import ConfigError, GatewayConfig, load_config
+from router.config import ConfigError, DedicatedEndpoint, Endpoint, GatewayConfig, load_config
 
 
 def add_parser(commands: Any) -> None:
@@ -37,16 +37,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    unreachable = _reach_state(config)
-    if unreachable:
-        print(f"tidegate: cannot start: {unreachable}", file=sys.stderr)
-        return 2
-    if args.workers < 1 or (args.workers > 1 and not config.state.redis_url):
-        print(
-            "--workers must be 1 without state.redis_url: the memory store is per process, so "
-            "workers would each admit max_concurrency (set TIDEGATE_REDIS_URL / state.redis_url)",
-            file=sys.stderr,
-        )
+    refused = _refusal(args, config)
+    if refused:
+        print(refused, file=sys.stderr)
         return 2
     listening = _listen(args, app, config)
     if listening is None:
@@ -64,6 +57,17 @@ def _serve(args: argparse.Namespace) -> int:
     return run_workers(
         lambda: create_app(config), served, args.workers, companions[0] if companions else None
     )
+
+
+def _refusal(args: argparse.Namespace, config: GatewayConfig) -> str | None:
+    """Why `serve` must not start, said before it listens; None when it may."""
+    if args.workers < 1 or (args.workers > 1 and not config.state.redis_url):
+        return (
+            "--workers must be 1 without state.redis_url: the memory store is per process, so "
+            "workers would each admit max_concurrency (set TIDEGATE_REDIS_URL / state.redis_url)"
+        )
+    unreachable = _reach_state(config)
+    return f"tidegate: cannot start: {unreachable}" if unreachable else None
 
 
 def _reach_state(config: GatewayConfig) -> str | None:
@@ -134,6 +138,18 @@ def _metrics_listener(app: Any, config: GatewayConfig) -> list[Served]:
     return [Served(app.state.metrics_app, bind(listen.host, listen.port))]
 
 
+def _price(endpoint: Endpoint) -> str:
+    """A route's price as reports will bill it; a zero says so, so a free route is a choice
+    the operator sees rather than a price they forgot."""
+    if isinstance(endpoint, DedicatedEndpoint):
+        if endpoint.gpu_hour_usd == 0:
+            return "$0/GPU-hour: reports bill it nothing"
+        return f"${endpoint.gpu_hour_usd:g}/GPU-hour x {endpoint.gpus} GPU(s)"
+    if endpoint.usd_per_mtok_in == 0 and endpoint.usd_per_mtok_out == 0:
+        return "$0/Mtok: reports bill it nothing"
+    return f"${endpoint.usd_per_mtok_in:g} in, ${endpoint.usd_per_mtok_out:g} out per Mtok"
+
+
 def _check_config(args: argparse.Namespace) -> int:
     from router.app import build_policies, check_state  # noqa: PLC0415 (lazy: the others start fast)
 
@@ -154,7 +170,7 @@ def _check_config(args: argparse.Namespace) -> int:
             print(f"  {problem}", file=sys.stderr)
         return 1
     for name, model in config.models.items():
-        routes = ", ".join(f"{e.name} ({e.kind})" for e in model.endpoints)
+        routes = ", ".join(f"{e.name} ({e.kind}, {_price(e)})" for e in model.endpoints)
         extras = "".join(
             (
                 ", parity enforced" if model.parity.enforce else "",

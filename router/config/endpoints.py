@@ -4,8 +4,8 @@ price; serverless, its prices and keep-warm."""
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import openai
 
-from tests.servers import CliProcess, free_port_iter, run_cli, wait_until
+from tests.servers import CliProcess, RedisServer, free_port_iter, run_cli, wait_until
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "tidegate.yaml"
 
@@ -143,13 +143,39 @@ def test_serve_refuses_to_start_when_redis_is_unreachable_unless_told_to_start_d
     config.write_text(text.format(port=port, extra=""))
     done = run_cli("serve", "--config", str(config), "--port", "0")
     assert done.returncode == 2, done.stderr
-    assert "state.redis_url: cannot use Redis" in done.stderr
+    assert_refused_in_one_line_before_listening(done.stdout, done.stderr)
     assert "hunter2" not in done.stderr + done.stdout
     config.write_text(text.format(port=port, extra=", start_degraded: true"))
     with CliProcess("serve", "--config", str(config), "--port", "0") as gw:
         wait_until(lambda: httpx.get(gw.root + "/readyz").status_code == 200, timeout=10)
         assert httpx.get(gw.root + "/readyz").json()["status"] == "degraded"
     assert "start_degraded is set" in "".join(gw.output)
+
+
+def assert_refused_in_one_line_before_listening(stdout: str, stderr: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("tidegate: cannot start: state.redis_url: cannot use Redis"), stderr
+    assert "Traceback" not in stderr
+    assert "listening" not in (stdout + stderr).lower()
+
+
+def test_serve_refuses_a_redis_that_refuses_its_password_in_one_line(tmp_path):
+    server = RedisServer(password="right-one").start()
+    try:
+        config = tmp_path / "redis.yaml"
+        for secret in (":wrong-one@", ""):  # a wrong password, and none where one is required
+            config.write_text(
+                f"auth: {{api_keys: [k]}}\nstate: {{redis_url: 'redis://{secret}127.0.0.1:{server.port}/0'}}\n"
+                "models:\n  m:\n    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, "
+                "base_url: 'http://127.0.0.1:1/v1', model: y}]\n"
+            )
+            done = run_cli("serve", "--config", str(config), "--port", "0")
+            assert done.returncode == 2, done.stderr
+            assert_refused_in_one_line_before_listening(done.stdout, done.stderr)
+            assert "wrong-one" not in done.stderr
+    finally:
+        server.stop()
 
 
 def test_the_cli_offers_every_demo_scenario():
