@@ -1,8 +1,12 @@
 .PHONY: demo test bench clean
 
+# make demo PORT=8080 (0: any free port) SCENARIO=faults
+PORT ?= 8000
+SCENARIO ?= default
+
 demo:            ## install, then run the gateway with simulated upstreams
-	scripts/bootstrap
-	.venv/bin/tidegate demo
+	scripts/bootstrap demo
+	.venv/bin/tidegate demo --port $(PORT) --scenario $(SCENARIO)
 
 test:            ## install, lint, type-check and run the test suite
 	scripts/test

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import sys
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from router.cli.serving import Served, bind, run, serving_of
+from router.cli.serving import Served, bind, cannot_listen, run, serving_of
 from router.config import GatewayConfig, parse_config
 
 
@@ -23,7 +26,14 @@ def add_parser(commands: Any) -> None:
         help="default: spill and failover; faults: flaky, 429 and stream-cutting upstreams; "
         "auth: client and admin keys; tight: one dedicated slot, nowhere to spill",
     )
-    demo.set_defaults(run=_demo)
+    demo.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=argparse.SUPPRESS,  # unset: `tidegate --log-level` or the demo's own quiet default
+        help="info: one JSON line per request and the canary's events (default: warning, so the "
+        "banner stays on screen)",
+    )
+    demo.set_defaults(run=_demo, quiet_log_level="warning")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -41,7 +51,11 @@ def _demo(args: argparse.Namespace) -> int:
         upstreams.append(f"    {profile.kind.value:10} {profile.name:16} {env[var]}")
     text = resources.files("router").joinpath("examples", scenario.config).read_text(encoding="utf-8")
     config = parse_config(text, env)
-    sock = bind(args.host, args.port)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        print(cannot_listen(args.host, args.port, exc, "--port N, or make demo PORT=N"), file=sys.stderr)
+        return 2
     url = f"http://{args.host}:{sock.getsockname()[1]}/v1"
     key = config.auth.api_keys[0] if scenario.needs_key else "unused"
     print(
@@ -54,7 +68,10 @@ def _demo(args: argparse.Namespace) -> int:
             try_this=scenario.try_this,
             root=url.removesuffix("/v1"),
             admin=config.auth.admin_key,
-            canary=_canary_banner(config, url.removesuffix("/v1")),
+            canary=_canary_banner(config, url.removesuffix("/v1"), _command()),
+            tidegate=_command(),
+            python=_python(),
+            quiet="" if getattr(args, "log_level", None) in ("debug", "info") else _QUIET,
         ),
         flush=True,
     )
@@ -62,23 +79,49 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _canary_banner(config: GatewayConfig, root: str) -> str:
+def _command() -> str:
+    """`tidegate` as another terminal can run it: the bare name when that terminal's PATH finds
+    this same program, else its full path (`make demo` runs .venv/bin/tidegate, not on PATH)."""
+    ours = Path(sys.argv[0]).resolve()
+    found = shutil.which("tidegate")
+    if found and Path(found).resolve() == ours:
+        return "tidegate"
+    return str(ours) if ours.name == "tidegate" else f"{sys.executable} -m router.cli"
+
+
+def _python() -> str:
+    """The interpreter whose environment has the `openai` package, if this one does."""
+    try:
+        import openai  # noqa: F401, PLC0415 (only asked whether it is installed)
+    except ImportError:
+        return "python3 (after: pip install openai)"
+    return sys.executable
+
+
+def _canary_banner(config: GatewayConfig, root: str, tidegate: str) -> str:
     """How to watch the demo's canary runs, for the models that have one."""
     lines = [
         f"\nThe canary run of {name} (steps {', '.join(f'{p:g}%' for p in model.canary.plan())}):\n\n"
-        f"    tidegate canary status {name} --url {root} --admin-key {config.auth.admin_key} --watch\n"
+        f"    {tidegate} canary status {name} --url {root} --admin-key {config.auth.admin_key} --watch\n"
         for name, model in config.models.items()
         if model.canary is not None
     ]
     return "".join(lines)
 
 
+_QUIET = "; --log-level info shows one JSON line per request"
 _DEMO_BANNER = """\
 tidegate demo ({scenario}): gateway on {url} (embedded in-memory state store)
   model demo-model: {summary}
 {upstreams}
 
-Point any OpenAI client at it:
+Point any OpenAI client at it. From a shell:
+
+    curl -si {url}/chat/completions \\
+      -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
+      -d '{{"model": "demo-model", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+In Python, with {python}:
 
     from openai import OpenAI
     client = OpenAI(base_url="{url}", api_key="{key}")
@@ -91,8 +134,8 @@ Try: {try_this}
 Response headers x-tidegate-route / -kind / -reason / -outcome say where each request went.
 Watch every route (TTFT p50/p95/p99, CV%, spills, utilization) from another terminal:
 
-    tidegate stats --url {root} --admin-key {admin} --watch
+    {tidegate} stats --url {root} --admin-key {admin} --watch
 {canary}
-Prometheus metrics: {root}/metrics. One JSON line per request is logged below.
-Other scenarios: tidegate demo --scenario default | faults | auth | tight. Ctrl-C stops everything.
+Prometheus metrics: {root}/metrics{quiet}.
+Other scenarios: {tidegate} demo --scenario default | faults | auth | tight. Ctrl-C stops everything.
 """

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from router.cli.serving import Served, bind, run, run_workers, serving_of, startup_failed
+from router.cli.serving import Served, bind, cannot_listen, run, run_workers, serving_of, startup_failed
 from router.config import ConfigError, DedicatedEndpoint, Endpoint, GatewayConfig, load_config
 
 
@@ -105,9 +105,7 @@ def _listen(
     try:
         sock = bind(host, port)
     except OSError as exc:
-        print(
-            f"tidegate: cannot start: cannot listen on {host}:{port} (listen, --port): {exc}", file=sys.stderr
-        )
+        print(cannot_listen(host, port, exc, "--port or listen.port"), file=sys.stderr)
         return None
     try:
         companions = _metrics_listener(app, config)

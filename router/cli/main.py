@@ -22,14 +22,16 @@ _COMMANDS = (gateway, demo, canary, stats, keys, probe, parity, replay, trace, p
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_level)
+    configure_logging(args.log_level or getattr(args, "quiet_log_level", "info"))
     code: int = args.run(args)
     return code
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tidegate", description=__doc__)
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="default: info (the demo: warning)"
+    )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     for command in _COMMANDS:
         command.add_parser(commands)

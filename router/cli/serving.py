@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -44,6 +45,21 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def cannot_listen(host: str, port: int, exc: OSError, change: str) -> str:
+    """The one line said when `bind` fails; `change` names how to pick another address."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"tidegate: cannot start: {host}:{port} is already in use by another process; "
+            f"choose another port with {change} (0: any free port)"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"tidegate: cannot start: not allowed to listen on {host}:{port} "
+            f"(ports under 1024 need root); use {change}"
+        )
+    return f"tidegate: cannot start: cannot listen on {host}:{port} ({change}): {exc.strerror or exc}"
 
 
 class _Companion(uvicorn.Server):

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from router.cli.options import add_options, option
-from router.cli.serving import Served, bind
+from router.cli.serving import Served, bind, cannot_listen
 from router.cli.serving import run as serve
 from router.offline import calibration
 from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, Persona, SimProfile
@@ -229,7 +229,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"tidegate sim: {exc}", file=sys.stderr)
         return 2
-    sock = bind(args.host, args.port)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        print(cannot_listen(args.host, args.port, exc, "--port"), file=sys.stderr)
+        return 2
     host, port = sock.getsockname()[:2]
     print(f"tidegate sim ({profile.kind}) listening on http://{host}:{port}/v1", flush=True)
     serve(Served(create_sim_app(profile), sock))

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import signal
+import socket
+import subprocess
+import textwrap
 from pathlib import Path
 
 import httpx
@@ -112,13 +117,81 @@ def test_demo_starts_upstreams_and_answers_the_sdk():
             lambda: httpx.get(routes, headers=admin).json()["models"]["demo-model"]["requests"] == 2,
             timeout=5,
         )
-        stats = run_cli("stats", "--url", demo.root, "--admin-key", "demo-admin", "--window", "1m")
-    banner = "".join(demo.output)
+        banner = "".join(demo.output)
+        stats = run_printed(banner, " stats --url ", "--window", "1m")
+        canary = run_printed(banner, " canary status demo-model ")
+        snippet = run_printed_python(banner)
     assert "client = OpenAI(base_url=" in banner and demo.url in banner
-    assert f"tidegate stats --url {demo.root} --admin-key demo-admin --watch" in banner
-    assert f"tidegate canary status demo-model --url {demo.root} --admin-key demo-admin --watch" in banner
+    assert f"stats --url {demo.root} --admin-key demo-admin --watch" in banner
+    assert f"canary status demo-model --url {demo.root} --admin-key demo-admin --watch" in banner
     assert stats.returncode == 0, stats.stderr
     assert "demo-model" in stats.stdout and "2 requests" in stats.stdout
+    assert canary.returncode == 0, canary.stderr
+    assert "demo-model" in canary.stdout
+    assert snippet.returncode == 0, snippet.stderr
+    assert snippet.stdout.strip()  # the simulated answer
+    assert '"route"' not in "".join(demo.output)  # quiet by default: the banner stays on screen
+
+
+def run_printed(banner: str, marker: str, *more: str) -> subprocess.CompletedProcess[str]:
+    """Run the banner's command containing `marker` as printed, without `--watch` (it never ends)."""
+    (line,) = [line for line in banner.splitlines() if marker in line]
+    argv = [word for word in shlex.split(line) if word != "--watch"]
+    return subprocess.run([*argv, *more], check=False, capture_output=True, text=True, timeout=60)
+
+
+def run_printed_python(banner: str) -> subprocess.CompletedProcess[str]:
+    """Run the banner's Python snippet with the interpreter it names."""
+    interpreter = re.search(r"In Python, with (\S+?):", banner)
+    assert interpreter, banner
+    lines = banner.splitlines()
+    start = next(i for i, line in enumerate(lines) if "from openai import OpenAI" in line)
+    end = next(i for i in range(start, len(lines)) if "print(reply" in lines[i])
+    code = textwrap.dedent("\n".join(lines[start : end + 1]))
+    return subprocess.run(
+        [interpreter.group(1), "-c", code], check=False, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_demo_logs_each_request_when_asked():
+    with CliProcess("demo", "--port", "0", "--log-level", "info") as demo:
+        client = openai.OpenAI(base_url=demo.url, api_key="unused", max_retries=0)
+        client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "Hi"}])
+        wait_until(lambda: '"route"' in "".join(demo.output), timeout=10)
+    assert "--log-level info shows" not in "".join(demo.output)
+
+
+def test_demo_on_a_taken_port_says_so_in_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("demo", "--port", str(port))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines == [
+        f"tidegate: cannot start: 127.0.0.1:{port} is already in use by another process; "
+        "choose another port with --port N, or make demo PORT=N (0: any free port)"
+    ], done.stderr
+    assert "listening" not in done.stdout
+
+
+def test_serve_on_a_taken_port_says_so_in_one_line(tmp_path):
+    config = tmp_path / "t.yaml"
+    config.write_text(
+        "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
+        "    serverless: [{name: s, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: 'http://127.0.0.1:1/v1', model: y}]\n"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("serve", "--config", str(config), "--port", str(port))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"tidegate: cannot start: 127.0.0.1:{port} is already in use by another process; "
+        "choose another port with --port or listen.port (0: any free port)"
+    ], done.stderr
 
 
 def test_serve_refuses_to_start_open_when_every_key_resolves_empty(tmp_path):
