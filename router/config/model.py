@@ -90,7 +90,10 @@ class SuccessConfig(Frozen):
     feedback): its finish_reason is accepted, its tool-call arguments parse as JSON, and a
     `response_format` json_object/json_schema answer parses (and matches its schema)."""
 
-    finish_reasons: tuple[str, ...] = ("stop", "tool_calls")  # `length` is a failure unless listed
+    finish_reasons: tuple[str, ...] = ("stop", "tool_calls")  # `length` is a failure unless listed ...
+    # ... or the caller's own max_tokens (max_completion_tokens, max_output_tokens) cut it: the
+    # caller asked for at most that much, so by default the answer did what it was asked
+    length_under_max_tokens: Literal["success", "failure"] = "success"
     check_json: bool = True  # tool-call arguments and JSON answers must parse
     max_checked_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024  # of a stream's text kept for checks
 

@@ -2,7 +2,8 @@
 
 1. transport: 2xx and complete (a stream that ended with `[DONE]`), decided by the caller;
 2. checks that need no application knowledge: every choice's `finish_reason` is accepted
-   (`models.*.success.finish_reasons`), tool-call arguments parse as JSON, and an answer
+   (`models.*.success.finish_reasons`, and `length` under the caller's own max_tokens unless
+   `success.length_under_max_tokens: failure`), tool-call arguments parse as JSON, and an answer
    asked for as `response_format` json_object/json_schema parses (and matches the schema).
 
 Every check runs in time linear in the answer (router/record/linear.py): answers are read up to
@@ -83,7 +84,7 @@ class AnswerShape:
 def judge(shape: AnswerShape, config: SuccessConfig, request: RequestPeek) -> str | None:
     """None when the answer passes every automatic check; else the first failed check's name."""
     for reason in shape.finish_reasons:
-        if reason not in config.finish_reasons:
+        if reason not in config.finish_reasons and not _asked_for(reason, config, request):
             return f"finish_{reason}"[:40]
     if not config.check_json or shape.truncated:
         return None
@@ -98,6 +99,12 @@ def judge(shape: AnswerShape, config: SuccessConfig, request: RequestPeek) -> st
         if wanted.schema is not None and not linear.matches(answer, wanted.schema):
             return "json_schema_mismatch"
     return None
+
+
+def _asked_for(reason: str, config: SuccessConfig, request: RequestPeek) -> bool:
+    """A `length` end under the caller's own output limit is the answer the caller asked for
+    (`success.length_under_max_tokens`); without one, the engine's context cut it short."""
+    return reason == "length" and request.caps_output and config.length_under_max_tokens == "success"
 
 
 _INVALID = object()

@@ -94,7 +94,9 @@ async def test_a_key_that_cuts_its_own_answers_on_dedicated_cannot_roll_the_cana
     text = model_yaml(dedicated=("ded",), serverless=("sl1",), canary=50, capacity=64)
     text = text.replace("auth: {api_keys: [key]}", "auth: {api_keys: [key, attacker]}")
     text = text.replace(
-        "    canary_percent: 50", "    canary_percent: 50\n    canary: {steps: [50, 100], min_samples: 10}"
+        "    canary_percent: 50",
+        "    canary_percent: 50\n    canary: {steps: [50, 100], min_samples: 10}\n"
+        "    success: {length_under_max_tokens: failure}",  # so the attacker's cut answers fail
     )
 
     async def reply(request: httpx.Request) -> httpx.Response:

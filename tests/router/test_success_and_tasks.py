@@ -85,6 +85,19 @@ def streamed(content: str | None, finish: str = "stop", tool_args: str | None = 
 CASES = [
     ("ok", message_reply("hi"), {}, None),
     ("length", message_reply("hi", finish="length"), {}, "finish_length"),
+    ("length under max_tokens", message_reply("hi", finish="length"), {"max_tokens": 2}, None),
+    (
+        "length under max_completion_tokens",
+        message_reply("hi", finish="length"),
+        {"max_completion_tokens": 2},
+        None,
+    ),
+    (
+        "length cut json",
+        message_reply('{"a": ', finish="length"),
+        {**JSON_OBJECT, "max_tokens": 2},
+        "json_invalid",
+    ),
     ("json ok", message_reply('{"a": 1}'), JSON_OBJECT, None),
     ("json broken", message_reply('{"a": '), JSON_OBJECT, "json_invalid"),
     ("schema ok", message_reply('{"n": 3}'), JSON_SCHEMA, None),
@@ -119,6 +132,20 @@ async def test_automatic_checks_judge_served_answers(name, reply, extra, failed_
     assert counts.get("tasks_ok", 0) == (1 if failed_check is None else 0)
     if failed_check is not None:
         assert counts.get(f"fail:{failed_check}") == 1
+
+
+@pytest.mark.parametrize(("setting", "failed_check"), [("success", None), ("failure", "finish_length")])
+async def test_a_model_decides_whether_its_callers_max_tokens_cut_is_a_success(setting, failed_check):
+    text = model_yaml(dedicated=(), serverless=("sl1",))
+    text = text.replace(
+        "    canary_percent:", f"    success: {{length_under_max_tokens: {setting}}}\n    canary_percent:"
+    )
+    upstreams = MockUpstreams({"sl1": answers(message_reply("hi", finish="length"))})
+    async with asgi_gateway(text, upstreams) as gw:
+        answer = await gw.chat(max_tokens=2)
+        await gw.app.state.ledger.drained()
+    assert answer.status_code == 200
+    assert gw.outcomes.last.measures.failed_check == failed_check
 
 
 async def test_every_answer_names_its_request_served_or_not():
