@@ -48,6 +48,7 @@ class RequestContext:
     stream: bool
     stickiness_key: str | None
     prompt_tokens: int = 0  # estimated from the body (router/openai.py)
+    canary_exempt: bool = False  # a batch request the canary gate lets through (routing.batch.canary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ Eligibility is sticky per stickiness key: the key hashes to a bucket in [0, 100)
 eligible while its bucket is below the percent. Raising the percent therefore only adds
 keys to dedicated, never moves an eligible key off it. The live percent comes from the
 snapshot (set through the admin API, shared by every replica), else from the percent the
-gate was built with (the model's config).
+gate was built with (the model's config). A batch request passes the gate when its model
+says so (`routing.batch.canary: dedicated`, the default; docs/tenants.md): it waits for a
+dedicated slot rather than paying serverless prices for being outside the canary.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class CanaryGate:
         self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]
     ) -> tuple[tuple[T, ...], Reason | None]:
         percent = snapshot.canary_percent.get(context.model, self._percent)
-        if percent >= 100 or context.stickiness_key is None:
+        if percent >= 100 or context.stickiness_key is None or context.canary_exempt:
             return candidates, None
         if bucket(context.model, context.stickiness_key) < percent:
             return candidates, None

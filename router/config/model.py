@@ -43,11 +43,15 @@ class BatchConfig(Frozen):
     interactive request, never taking the pool's last `reserve_slots`, for up to `max_wait_s`
     (or the client's `x-tidegate-deadline-ms`, if sooner); then `on_timeout` decides: `reject`
     (503 with Retry-After) or `spill` to serverless like an interactive request. A pool keeps
-    at most its size less one in reserve: a pool of one slot is batch's too."""
+    at most its size less one in reserve: a pool of one slot is batch's too. `canary`: whether
+    the model's canary gate holds batch requests too (`follow`: outside it they go serverless
+    as `canary_out`) or not (`dedicated`, the default: batch never pays serverless prices for
+    being outside the canary)."""
 
     max_wait_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
     reserve_slots: Annotated[int, Field(ge=0)] = 1
     on_timeout: Literal["reject", "spill"] = "reject"
+    canary: Literal["dedicated", "follow"] = "dedicated"
 
 
 class RoutingConfig(Frozen):

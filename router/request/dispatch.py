@@ -157,11 +157,12 @@ class Dispatcher:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
         key = _stickiness(request, headers)
         predicted = config.routing.admission is Admission.PREDICTED_TTFT
-        context = RequestContext(request.model, request.stream, key, request.prompt_tokens)
-        snapshot = self._signals.snapshot()
-        decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
         batch_wait = batch_wait_s(config, client.key, headers, remaining_s)
+        exempt = batch_wait is not None and config.routing.batch.canary == "dedicated"
+        context = RequestContext(request.model, request.stream, key, request.prompt_tokens, exempt)
+        snapshot = self._signals.snapshot()
+        decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         targets = decision.targets if batch_wait is None else batch_targets(config, decision.targets)
         facts = Facts(
             path,

@@ -77,6 +77,16 @@ def test_live_canary_override_in_the_snapshot_wins_over_config():
     assert (decision.targets, decision.reason) == ((S1,), Reason.CANARY_OUT)
 
 
+@pytest.mark.parametrize("percent", [0, 10, 50])
+def test_a_canary_exempt_request_is_eligible_for_dedicated_whatever_its_bucket(percent):
+    policy = canary_policy(percent)
+    for k in KEYS[:200]:
+        context = RequestContext("m", False, k, canary_exempt=True)
+        decision = policy.decide(context, Snapshot(0.0, canary_percent={"m": percent}), (D1, S1))
+        assert decision.targets[0] is D1, k
+        assert decision.reason is not Reason.CANARY_OUT
+
+
 def test_canary_keeps_dedicated_when_there_is_nowhere_else():
     decision = canary_policy(0).decide(keyed("k"), Snapshot(0.0), (D1,))
     assert (decision.targets, decision.reason) == ((D1,), Reason.BASELINE)

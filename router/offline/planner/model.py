@@ -138,11 +138,11 @@ class _Run:
         if not self._replicas:
             self._serverless(now, request, "serverless_only")
             return
+        if request.batch:  # the canary does not hold batch work (routing.batch.canary: dedicated)
+            self._arrive_batch(now, request)
+            return
         if plan.canary_percent < 100 and self._rng.random() * 100 >= plan.canary_percent:
             self._serverless(now, request, "canary_out")
-            return
-        if request.batch:
-            self._arrive_batch(now, request)
             return
         if plan.ttft_budget_ms is not None:
             self._predicted(now, request, plan.ttft_budget_ms)
