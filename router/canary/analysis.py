@@ -15,7 +15,10 @@ from router.canary.weights import Rates
 from router.config import CanaryChecks
 from router.economics.cost import per_success
 
-PASS, FAIL, NO_DATA = "pass", "fail", "no_data"
+PASS, FAIL, NO_DATA, SKIPPED = "pass", "fail", "no_data", "skipped"
+# Checks of a latency: with no figure on either side, that kind of traffic did not occur in the
+# interval (no request streamed: no TTFT, no ITL) and the check is skipped, not missing.
+LATENCY_CHECKS = frozenset({"ttft_p95_ratio", "itl_p50_ratio", "e2e_per_token_p95_ratio", "ttft_p95_ms"})
 
 
 class Verdict(StrEnum):
@@ -38,6 +41,7 @@ class Side:
     cost_usd: float = 0.0
     successful_tasks: float = 0.0
     weighted: Rates | None = None
+    e2e_per_token_p95_ms: float | None = None  # every served answer's, streamed or not
 
     @property
     def error_rate(self) -> float | None:
@@ -105,6 +109,8 @@ def _side_json(side: Side) -> dict[str, Any]:
 def _ratio(
     check: str, dedicated: float | None, serverless: float | None, limit: float, *, at_most: bool
 ) -> Check:
+    if dedicated is None and serverless is None and check in LATENCY_CHECKS:
+        return Check(check, SKIPPED, None, None, limit)
     if dedicated is None or serverless is None or serverless <= 0:
         return Check(check, NO_DATA, dedicated, serverless, limit)
     ratio = dedicated / serverless
@@ -112,7 +118,10 @@ def _ratio(
     return Check(check, PASS if ok else FAIL, dedicated, serverless, limit)
 
 
-def _ceiling(check: str, value: float | None, limit: float) -> Check:
+def _ceiling(check: str, value: float | None, limit: float, *, skip: bool = False) -> Check:
+    """`skip`: the figure is missing because its kind of traffic did not occur (see LATENCY_CHECKS)."""
+    if value is None and skip:
+        return Check(check, SKIPPED, None, None, limit)
     result = NO_DATA if value is None else PASS if value <= limit else FAIL
     return Check(check, result, value, None, limit)
 
@@ -137,9 +146,49 @@ def analyse(
 
 
 def _analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_samples: int) -> Analysis:
+    results = _checked(dedicated, serverless, checks)
+    failed = [c.name for c in results if c.result == FAIL]
+    thin = [
+        name
+        for name, side in (("dedicated", dedicated), ("serverless", serverless))
+        if side.requests < min_samples
+    ]
+    if failed and not (thin and all(_noise_on_thin_data(name) for name in failed)):
+        return Analysis(Verdict.FAIL, "failed: " + ", ".join(failed), dedicated, serverless, tuple(results))
+    if thin:
+        reason = " and ".join(
+            f"{name} has {(dedicated if name == 'dedicated' else serverless).requests}" for name in thin
+        )
+        return Analysis(
+            Verdict.INCONCLUSIVE,
+            f"too few requests ({reason}; min_samples {min_samples})",
+            dedicated,
+            serverless,
+            tuple(results),
+        )
+    missing = [c.name for c in results if c.result == NO_DATA]
+    latency = [c for c in results if c.name in LATENCY_CHECKS]
+    if latency and all(c.result == SKIPPED for c in latency):
+        missing = [c.name for c in latency]  # no latency compared at all: not a pass
+    if missing:
+        return Analysis(
+            Verdict.INCONCLUSIVE, "no data for: " + ", ".join(missing), dedicated, serverless, tuple(results)
+        )
+    return Analysis(Verdict.PASS, "every check passed", dedicated, serverless, tuple(results))
+
+
+def _checked(dedicated: Side, serverless: Side, checks: CanaryChecks) -> list[Check]:
+    """Every configured check's result on the two sides' figures."""
     ratios = (  # (check, dedicated, serverless, limit, the ratio must be at most the limit)
         ("ttft_p95_ratio", dedicated.ttft_p95_ms, serverless.ttft_p95_ms, checks.ttft_p95_max_ratio, True),
         ("itl_p50_ratio", dedicated.itl_p50_ms, serverless.itl_p50_ms, checks.itl_p50_max_ratio, True),
+        (
+            "e2e_per_token_p95_ratio",
+            dedicated.e2e_per_token_p95_ms,
+            serverless.e2e_per_token_p95_ms,
+            checks.e2e_per_token_p95_max_ratio,
+            True,
+        ),
         (
             "success_rate_ratio",
             dedicated.success_rate,
@@ -163,43 +212,18 @@ def _analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_sample
     results = [
         _ratio(name, d, sl, limit, at_most=most) for name, d, sl, limit, most in ratios if limit is not None
     ]
-    results += [_ceiling(name, value, limit) for name, value, limit in absolutes if limit is not None]
-    failed = [c.name for c in results if c.result == FAIL]
-    thin = [
-        name
-        for name, side in (("dedicated", dedicated), ("serverless", serverless))
-        if side.requests < min_samples
+    no_streams = dedicated.ttft_p95_ms is None and serverless.ttft_p95_ms is None
+    results += [
+        _ceiling(name, value, limit, skip=name in LATENCY_CHECKS and no_streams)
+        for name, value, limit in absolutes
+        if limit is not None
     ]
-    if failed and not (thin and all(_noise_on_thin_data(name) for name in failed)):
-        return Analysis(Verdict.FAIL, "failed: " + ", ".join(failed), dedicated, serverless, tuple(results))
-    if thin:
-        reason = " and ".join(
-            f"{name} has {(dedicated if name == 'dedicated' else serverless).requests}" for name in thin
-        )
-        return Analysis(
-            Verdict.INCONCLUSIVE,
-            f"too few requests ({reason}; min_samples {min_samples})",
-            dedicated,
-            serverless,
-            tuple(results),
-        )
-    missing = [c.name for c in results if c.result == NO_DATA]
-    if missing:
-        return Analysis(
-            Verdict.INCONCLUSIVE, "no data for: " + ", ".join(missing), dedicated, serverless, tuple(results)
-        )
-    return Analysis(Verdict.PASS, "every check passed", dedicated, serverless, tuple(results))
+    return results
 
 
 def _noise_on_thin_data(check: str) -> bool:
     """Latency, success and cost ratios on thin data are noise; errors on thin data are errors."""
-    return check in (
-        "ttft_p95_ratio",
-        "itl_p50_ratio",
-        "ttft_p95_ms",
-        "success_rate_ratio",
-        "cost_per_success_ratio",
-    )
+    return check in LATENCY_CHECKS or check in ("success_rate_ratio", "cost_per_success_ratio")
 
 
 def with_parity(analysis: Analysis, diverging: list[str], tested: bool, enforce: bool) -> Analysis:

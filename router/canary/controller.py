@@ -212,6 +212,7 @@ class CanaryController:
         counts = await self._store.counts_window(routes, window)
         ttft = await self._store.latency_window(routes, Metric.TTFT, window)
         itl = await self._store.latency_window(routes, Metric.ITL, window)
+        per_token = await self._store.latency_window(routes, Metric.E2E_PER_TOKEN, window)
         now = time.time()
         ded_cost = sum(provisioned(e, now - window, now).cost_usd for e in config.dedicated)
         ded_rates, sl_rates = like_with_like(
@@ -221,8 +222,8 @@ class CanaryController:
             canary.min_callers,
         )
         found = analyse(
-            _side(dedicated, counts, ttft, itl, cost=ded_cost, weighted=ded_rates),
-            _side(serverless, counts, ttft, itl, cost=None, weighted=sl_rates),
+            _side(dedicated, counts, (ttft, itl, per_token), cost=ded_cost, weighted=ded_rates),
+            _side(serverless, counts, (ttft, itl, per_token), cost=None, weighted=sl_rates),
             canary.checks,
             canary.min_samples,
             canary.min_callers,
@@ -307,29 +308,30 @@ class CanaryController:
 def _side(
     routes: Iterable[str],
     counts: dict[str, Counts],
-    ttft: dict[str, Histogram],
-    itl: dict[str, Histogram],
+    latencies: tuple[dict[str, Histogram], dict[str, Histogram], dict[str, Histogram]],
     *,
     cost: float | None,
     weighted: Rates,
 ) -> Side:
     """One side's figures: the requests its routes answer for, by caller (failed attempts that
-    failed over among its errors), and its caller-weighted rates."""
+    failed over among its errors), its caller-weighted rates, and its TTFT, ITL and e2e per
+    output token (`latencies`, by route)."""
     total: Counts = {}
-    ttft_all, itl_all = Histogram(), Histogram()
+    merged = (Histogram(), Histogram(), Histogram())
     for route in routes:
         add_counts(total, counts.get(route, {}))
-        ttft_all.merge(ttft.get(route, Histogram()))
-        itl_all.merge(itl.get(route, Histogram()))
+        for into, by_route in zip(merged, latencies, strict=True):
+            into.merge(by_route.get(route, Histogram()))
     answered = callers_of([total]).values()
-    ttft_figures, itl_figures = ttft_all.figures(), itl_all.figures()
+    ttft, itl, per_token = (h.figures() for h in merged)
     return Side(
         requests=int(sum(c.requests for c in answered)),
         errors=int(sum(c.errors for c in answered)),
         successes=int(sum(c.successes for c in answered)),
         weighted=weighted,
-        ttft_p95_ms=ttft_figures.p95 if ttft_figures else None,
-        itl_p50_ms=itl_figures.p50 if itl_figures else None,
+        ttft_p95_ms=ttft.p95 if ttft else None,
+        itl_p50_ms=itl.p50 if itl else None,
+        e2e_per_token_p95_ms=per_token.p95 if per_token else None,
         cost_usd=total.get("cost_usd", 0.0) if cost is None else cost,
         successful_tasks=total.get("tasks_ok", 0.0),
     )

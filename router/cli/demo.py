@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from router.cli.serving import Served, bind, cannot_listen, run, serving_of
-from router.config import GatewayConfig, parse_config
+from router.config import CanaryControllerConfig, GatewayConfig, parse_config
 
 
 def add_parser(commands: Any) -> None:
@@ -98,11 +98,23 @@ def _python() -> str:
     return sys.executable
 
 
+def canary_volume(canary: CanaryControllerConfig) -> str:
+    """What traffic a canary run needs to move at all, said where a user first meets it."""
+    first = canary.plan()[0]
+    rate = canary.min_samples / (min(first, 100 - first) / 100) / canary.interval_s if first < 100 else 0
+    return (
+        f"It steps up on {canary.min_samples} requests per side per {canary.interval_s:g} s analysis "
+        f"(fewer: it holds): about {rate:.1f}\nrequests/s at {first:g}%, streamed or not. The percent is "
+        "a share of `user` values (else\nx-tidegate-session, else each request), not of requests."
+    )
+
+
 def _canary_banner(config: GatewayConfig, root: str, tidegate: str) -> str:
     """How to watch the demo's canary runs, for the models that have one."""
     lines = [
         f"\nThe canary run of {name} (steps {', '.join(f'{p:g}%' for p in model.canary.plan())}):\n\n"
-        f"    {tidegate} canary status {name} --url {root} --admin-key {config.auth.admin_key} --watch\n"
+        f"    {tidegate} canary status {name} --url {root} --admin-key {config.auth.admin_key} --watch\n\n"
+        f"{canary_volume(model.canary)}\n"
         for name, model in config.models.items()
         if model.canary is not None
     ]

@@ -104,11 +104,15 @@ class SuccessConfig(Frozen):
 
 class CanaryChecks(Frozen):
     """Dedicated against serverless over the same interval; a check whose figure is missing on
-    a side (no samples) makes the analysis inconclusive, not failed."""
+    a side (no samples) makes the analysis inconclusive, not failed. A latency check with no
+    figure on either side (the TTFT and ITL ones when no request streamed) is skipped, as long
+    as one latency check has figures on both (router/canary/analysis.py)."""
 
     ttft_p95_max_ratio: Annotated[float, Field(gt=0)] | None = 1.2
     ttft_p95_max_ms: Annotated[float, Field(gt=0)] | None = None
     itl_p50_max_ratio: Annotated[float, Field(gt=0)] | None = 1.5
+    # every answer's e2e per output token: the latency check non-streaming traffic can pass
+    e2e_per_token_p95_max_ratio: Annotated[float, Field(gt=0)] | None = 1.2
     error_rate_max_percent: Annotated[float, Field(ge=0, le=100)] | None = 1.0  # dedicated, absolute
     success_rate_min_ratio: Annotated[float, Field(gt=0)] | None = 0.98  # dedicated / serverless
     cost_per_success_max_ratio: Annotated[float, Field(gt=0)] | None = None  # dedicated / serverless

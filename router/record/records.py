@@ -65,6 +65,7 @@ class Measures:
     output_tokens_per_s: float | None = None  # output tokens / (last event - first event)
     failed_check: str | None = None  # the automatic success check a served answer failed
     code: str | None = None  # the error's OpenAI `code` the client read (upstream_stream_cut, ...)
+    cut_by_caller: bool = False  # ended `length` under the client's own token limit (record/success.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,6 +101,12 @@ def judge(shape: AnswerShape, config: SuccessConfig, request: RequestPeek) -> st
     return None
 
 
+def cut_by_caller(shape: AnswerShape, request: RequestPeek) -> bool:
+    """The answer ended `length` under the client's own token limit: however it is judged, its
+    length (and so its latency per token) was the caller's choice, not the route's."""
+    return request.caps_output and "length" in shape.finish_reasons
+
+
 def _asked_for(reason: str, config: SuccessConfig, request: RequestPeek) -> bool:
     """A `length` end under the caller's own output limit is the answer the caller asked for
     (`success.length_under_max_tokens`); without one, the engine's context cut it short."""

@@ -18,12 +18,13 @@ from router.errors import NoCapacity, UpstreamFailure
 from router.openai import PATHS, model_renamer
 from router.record.records import Attempt
 from router.record.telemetry import Telemetry, trace_headers
-from router.request.bookkeeping import Books, end_span
+from router.request.bookkeeping import Books
 from router.request.breaker import Breakers
 from router.request.job import Job, ms_since, overhead_ms
 from router.request.priority import POLL_S
 from router.request.relay import SseRelay, StreamResult, relay_stream
 from router.request.reply import REQUEST_ID_HEADER, Reply
+from router.request.spans import end_span
 from router.request.upstream import Upstream, response_headers
 from router.request.walk import tidegate_headers
 from router.signals.loop import Signals

@@ -8,8 +8,6 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from opentelemetry.trace import Span, StatusCode
-
 from policies.canary import bucket
 from policies.types import route_key
 from router.config import DedicatedEndpoint, Endpoint, ServerlessEndpoint
@@ -17,21 +15,12 @@ from router.economics.cost import token_cost_usd
 from router.economics.teams import team_fields
 from router.record.callers import caller_fields
 from router.record.records import Hedge, Measures, Outcome, Recorder, RequestRecord
-from router.record.success import AnswerShape, judge
+from router.record.success import AnswerShape, cut_by_caller, judge
 from router.record.tasks import TaskLedger
-from router.record.telemetry import (
-    ERROR_TYPE,
-    GEN_AI_INPUT_TOKENS,
-    GEN_AI_OUTPUT_TOKENS,
-    GEN_AI_RESPONSE_MODEL,
-    KIND,
-    OUTCOME,
-    REASON,
-    ROUTE,
-)
 from router.request.job import Job, ms_since
 from router.request.quota import Quota
 from router.request.relay import StreamResult, Usage, parsed_body, usage_of
+from router.request.spans import end_spans
 from router.state.latency import Metric
 
 
@@ -79,17 +68,17 @@ class Books:
         """A served body answer (error answers are recorded by the dispatcher's failure path)."""
         parsed = parsed_body(body)
         usage = usage_of(parsed) or Usage()
-        self.observe(
-            route_key(job.facts.request.model, target.name), Metric.E2E, ms_since(job.attempt_started)
-        )
         shape = AnswerShape()
         if isinstance(parsed, dict):
             shape.take_choices(
                 parsed.get("choices"), job.facts.config.success.max_checked_bytes, collect=True
             )
+        cut = cut_by_caller(shape, job.facts.request)
+        self._observe_e2e(route_key(job.facts.request.model, target.name), usage.output_tokens, job, cut=cut)
         failed_check = judge(shape, job.facts.config.success, job.facts.request)
+        tokens_in, tokens_out = usage.input_tokens, usage.output_tokens
         measures = Measures(
-            None, usage.input_tokens, usage.output_tokens, queue_ms=job.queue_ms, failed_check=failed_check
+            None, tokens_in, tokens_out, queue_ms=job.queue_ms, failed_check=failed_check, cut_by_caller=cut
         )
         self.record(job, target, status, measures, job.walk.served_outcome())
         if self._mirror is not None and job.facts.mirrored and status < 400:
@@ -115,8 +104,19 @@ class Books:
         if itl and output and result.output_events > 1:  # tokens over the span of the output events
             rate = round(output / (itl * (result.output_events - 1) / 1000.0), 2)
         code = result.error.code if result.error is not None else None
+        cut = cut_by_caller(result.shape, job.facts.request)
         measures = Measures(
-            ttft, usage.input_tokens, output, error, estimated, job.queue_ms, itl, rate, failed_check, code
+            ttft,
+            usage.input_tokens,
+            output,
+            error,
+            estimated,
+            job.queue_ms,
+            itl,
+            rate,
+            failed_check,
+            code,
+            cut,
         )
         if result.error is not None:
             outcome = Outcome.FAILED_MID_STREAM
@@ -142,8 +142,19 @@ class Books:
                 itl = (time.monotonic() - result.first_token_at) * 1000 / (result.output_events - 1)
                 self.observe(route, Metric.ITL, itl)
         if served:
-            self.observe(route, Metric.E2E, ms_since(job.attempt_started))
+            output = result.usage.output_tokens if result.usage else None
+            cut = cut_by_caller(result.shape, job.facts.request)
+            self._observe_e2e(route, output if output is not None else result.output_events, job, cut=cut)
         return itl
+
+    def _observe_e2e(self, route: str, output_tokens: int | None, job: Job, *, cut: bool) -> None:
+        """A served answer's end-to-end latency, and per output token when it had any and its
+        length was not the caller's choice (`cut`: a caller could steer the canary's figure by
+        cutting its answers on one side, as with its rates; router/canary/weights.py)."""
+        e2e_ms = ms_since(job.attempt_started)
+        self.observe(route, Metric.E2E, e2e_ms)
+        if output_tokens and not cut:
+            self.observe(route, Metric.E2E_PER_TOKEN, e2e_ms / output_tokens)
 
     def record(
         self, job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome
@@ -168,7 +179,7 @@ class Books:
                 facts = job.facts
                 self._ledger.settle_later(facts.task_id, facts.request_id, route, ok, facts.client.caller)
         if job.span is not None:
-            _end_spans(job, target, status, measures, outcome)
+            end_spans(job, target, status, measures, outcome)
         self._recorder.record(
             RequestRecord(
                 model=job.facts.request.model,
@@ -323,7 +334,7 @@ def _route_answers_for(job: Job, outcome: Outcome, measures: Measures) -> bool:
     client's own token limit are the caller's (router/canary/weights.py)."""
     if outcome in (Outcome.CLIENT_ERROR, Outcome.CLIENT_GONE):
         return False
-    return not (measures.failed_check == "finish_length" and job.facts.request.caps_output)
+    return not measures.cut_by_caller
 
 
 def _token_cost(target: Endpoint | None, measures: Measures) -> float:
@@ -343,35 +354,6 @@ def _failure_name(status: int, measures: Measures) -> str:
     if measures.error is not None:
         return measures.error
     return measures.failed_check if measures.failed_check is not None else f"http_{status}"
-
-
-def _end_spans(job: Job, target: Endpoint | None, status: int, measures: Measures, outcome: Outcome) -> None:
-    error = measures.error if (measures.error or status >= 400) else None
-    if job.attempt_span is not None and job.attempt_span.is_recording():
-        end_span(job.attempt_span, error)
-    span = job.span
-    assert span is not None
-    span.set_attribute(REASON, job.walk.reason.value)
-    span.set_attribute(OUTCOME, outcome.value)
-    span.set_attribute("http.response.status_code", status)
-    if target is not None:
-        span.set_attribute(ROUTE, target.name)
-        span.set_attribute(KIND, target.kind.value)
-        span.set_attribute(GEN_AI_RESPONSE_MODEL, target.model)
-    if measures.input_tokens is not None:
-        span.set_attribute(GEN_AI_INPUT_TOKENS, measures.input_tokens)
-    if measures.output_tokens is not None:
-        span.set_attribute(GEN_AI_OUTPUT_TOKENS, measures.output_tokens)
-    end_span(span, error)
-
-
-def end_span(span: Span | None, error: str | None) -> None:
-    if span is None:
-        return
-    if error is not None:
-        span.set_attribute(ERROR_TYPE, error)
-        span.set_status(StatusCode.ERROR, error)
-    span.end()
 
 
 def _used_tokens(job: Job, status: int, measures: Measures) -> int:

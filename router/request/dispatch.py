@@ -38,7 +38,7 @@ from router.record.records import Attempt, Hedge, Measures, Outcome
 from router.record.tasks import valid_task_id
 from router.record.telemetry import Telemetry
 from router.request.attempt import Attempter
-from router.request.bookkeeping import Books, end_span
+from router.request.bookkeeping import Books
 from router.request.breaker import Breakers
 from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
@@ -47,6 +47,7 @@ from router.request.mirror import mirrored
 from router.request.priority import batch_targets, batch_wait_s
 from router.request.quota import Grant, Quota, worst_case
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
+from router.request.spans import end_span
 from router.request.upstream import Upstream
 from router.request.walk import Walk, tidegate_headers
 from router.signals.loop import Signals

@@ -37,6 +37,9 @@ class Metric(StrEnum):
     TTFT = "ttft"  # attempt sent -> first output event (streams)
     E2E = "e2e"  # attempt sent -> last byte (successful answers)
     ITL = "itl"  # mean gap between output events of one stream
+    # a served answer's attempt-sent -> last byte over its output tokens (ms per token): a
+    # latency every answer has, streamed or not (the "normalized latency" of the vLLM paper)
+    E2E_PER_TOKEN = "e2e_tok"
     QUEUE = "queue"  # time a request waited in line for a dedicated slot (when it waited)
     TOKENS_IN = "tok_in"  # a served answer's input tokens (not a time: a count, same sketch)
     TOKENS_OUT = "tok_out"  # ... and output tokens

@@ -39,7 +39,7 @@ def write_config(path: Path, ded: Sim, sl: Sim, redis_url: str, **canary: Any) -
         "    canary_percent: 0\n"
         "    retry: {attempts: 2, backoff_ms: 1, budget_percent: 100}\n"
         "    breaker: {consecutive_failures: 100000, min_requests: 100000}\n"
-        f"    canary: {{{block}, checks: {{ttft_p95_max_ratio: 3, itl_p50_max_ratio: 3,"
+        f"    canary: {{{block}, checks: {{ttft_p95_max_ratio: 3, itl_p50_max_ratio: 3, e2e_per_token_p95_max_ratio: 3,"
         " error_rate_max_percent: 5, success_rate_min_ratio: 0.9}}\n"
         f"    dedicated: [{{name: ded, gpu_hour_usd: 0, base_url: '{ded.base_url}', model: d, max_concurrency: 64}}]\n"
         f"    serverless: [{{name: sl, usd_per_mtok_in: 0, usd_per_mtok_out: 0, base_url: '{sl.base_url}', model: s}}]\n"
@@ -57,8 +57,9 @@ def sims(**dedicated: Any) -> tuple[SimProfile, SimProfile]:
 
 
 @contextmanager
-def traffic(urls: list[str], threads: int = 4, pause_s: float = 0.0) -> Iterator[None]:
-    """Streams from many users (stickiness keys) until the block ends (at most 120 s)."""
+def traffic(urls: list[str], threads: int = 4, pause_s: float = 0.0, stream: bool = True) -> Iterator[None]:
+    """Streams (or, `stream=False`, plain answers) from many users (stickiness keys) until the
+    block ends (at most 120 s)."""
     stop = threading.Event()
     deadline = time.monotonic() + 120
 
@@ -67,14 +68,15 @@ def traffic(urls: list[str], threads: int = 4, pause_s: float = 0.0) -> Iterator
         rng = random.Random(n)
         while not stop.is_set() and time.monotonic() < deadline:
             try:
-                stream = client.chat.completions.create(
+                answer = client.chat.completions.create(
                     model="m",
                     messages=[{"role": "user", "content": "hi"}],
-                    stream=True,
+                    stream=stream,
                     user=f"u{rng.random()}",
                 )
-                for _ in stream:
-                    pass
+                if stream:
+                    for _ in answer:
+                        pass
             except openai.APIError:
                 pass  # a replica being killed: the test asserts on the controller, not on this
             if pause_s:
@@ -157,16 +159,34 @@ def test_a_healthy_run_walks_every_step_and_survives_its_leader_being_killed(tmp
     assert found["live_percent"] == 100
 
 
+@pytest.mark.timeout(150)
+def test_a_healthy_run_promotes_on_non_streaming_traffic_alone(tmp_path, redis_url):
+    """No request streams, so there is no TTFT or ITL: e2e per output token is the latency
+    compared, and the TTFT and ITL checks are skipped, not missing."""
+    ded_profile, sl_profile = sims()
+    with Sim(ded_profile) as ded, Sim(sl_profile) as sl:
+        config = write_config(tmp_path / "c.yaml", ded, sl, redis_url, steps="[10, 50, 100]", interval_s=2)
+        with CliProcess("serve", "--config", str(config), "--port", "0") as gw, traffic([gw.url], stream=False):
+            assert act(gw, "start").status_code == 200
+            found = wait_state(gw, "promoted", timeout=90)
+    assert found["live_percent"] == 100
+    promoted = events(found)[-1]
+    results = {c["name"]: c["result"] for c in promoted["analysis"]["checks"]}
+    assert results["e2e_per_token_p95_ratio"] == "pass"
+    assert results["ttft_p95_ratio"] == results["itl_p50_ratio"] == "skipped"
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
-    ("change", "failing_check"),
+    ("change", "failing_check", "stream"),
     [
-        ({"slowdown": 40}, {"ttft_p95_ratio", "itl_p50_ratio"}),  # slower tokens: a latency check fails
-        ({"faults": {"error_rate": 0.6}}, {"error_rate_percent"}),
+        ({"slowdown": 40}, {"ttft_p95_ratio", "itl_p50_ratio", "e2e_per_token_p95_ratio"}, True),
+        ({"slowdown": 40}, {"e2e_per_token_p95_ratio"}, False),  # no stream: the e2e check sees it
+        ({"faults": {"error_rate": 0.6}}, {"error_rate_percent"}, True),
     ],
-    ids=["slowed-down", "erroring"],
+    ids=["slowed-down", "slowed-down-non-streaming", "erroring"],
 )
-def test_a_degrading_dedicated_is_rolled_back(tmp_path, redis_url, change, failing_check):
+def test_a_degrading_dedicated_is_rolled_back(tmp_path, redis_url, change, failing_check, stream):
     ded_profile, sl_profile = sims()
     with Sim(ded_profile) as ded, Sim(sl_profile) as sl:
         steps = "[10, 20, 30, 40, 50, 60, 70, 80, 90, 100]"  # room to fail before the end
@@ -174,7 +194,10 @@ def test_a_degrading_dedicated_is_rolled_back(tmp_path, redis_url, change, faili
         # slowdown fills the analysis's 10 s slices and two analyses fail, however loaded the
         # machine (a loaded one gives fewer samples, so it holds rather than steps)
         config = write_config(tmp_path / "c.yaml", ded, sl, redis_url, steps=steps, interval_s=3)
-        with CliProcess("serve", "--config", str(config), "--port", "0") as gw, traffic([gw.url]):
+        with (
+            CliProcess("serve", "--config", str(config), "--port", "0") as gw,
+            traffic([gw.url], stream=stream),
+        ):
             assert act(gw, "start").status_code == 200
             wait_until(lambda: status(gw)["run"]["step"] >= 1, timeout=40, interval=0.2)
             ded.configure(**change)

@@ -90,13 +90,16 @@ def length_when_capped(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, headers={"content-type": "application/json"}, stream=httpx.ByteStream(content))
 
 
-async def test_a_key_that_cuts_its_own_answers_on_dedicated_cannot_roll_the_canary_back():
+@pytest.mark.parametrize("judged", ["success", "failure"])
+async def test_a_key_that_cuts_its_own_answers_on_dedicated_cannot_roll_the_canary_back(judged):
+    """However its cut answers are judged (success.length_under_max_tokens), they count on
+    neither side: not in the rates, not in the latency per output token."""
     text = model_yaml(dedicated=("ded",), serverless=("sl1",), canary=50, capacity=64)
     text = text.replace("auth: {api_keys: [key]}", "auth: {api_keys: [key, attacker]}")
     text = text.replace(
         "    canary_percent: 50",
         "    canary_percent: 50\n    canary: {steps: [50, 100], min_samples: 10}\n"
-        "    success: {length_under_max_tokens: failure}",  # so the attacker's cut answers fail
+        f"    success: {{length_under_max_tokens: {judged}}}",
     )
 
     async def reply(request: httpx.Request) -> httpx.Response:

@@ -3,6 +3,8 @@ the step it leads to (the acceptance with real parts: tests/integration/test_can
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from router.canary.analysis import Side, Verdict, analyse
@@ -10,11 +12,18 @@ from router.canary.run import CanaryConflict, CanaryRun, admin_action, decide
 from router.config import CanaryChecks, CanaryControllerConfig, ConfigError, parse_config
 
 HEALTHY = Side(
-    requests=100, errors=0, successes=99, ttft_p95_ms=100, itl_p50_ms=20, cost_usd=1.0, successful_tasks=99
+    requests=100,
+    errors=0,
+    successes=99,
+    ttft_p95_ms=100,
+    itl_p50_ms=20,
+    cost_usd=1.0,
+    successful_tasks=99,
+    e2e_per_token_p95_ms=25,
 )
-SERVERLESS = Side(
-    requests=100, errors=0, successes=99, ttft_p95_ms=100, itl_p50_ms=20, cost_usd=1.0, successful_tasks=99
-)
+SERVERLESS = HEALTHY
+# the same traffic, none of it streamed: no TTFT, no ITL, e2e per output token on both sides
+NON_STREAMING = replace(HEALTHY, ttft_p95_ms=None, itl_p50_ms=None)
 CONFIG = CanaryControllerConfig(steps=(5, 10, 25, 50, 100), interval_s=300, min_samples=75)
 
 
@@ -53,7 +62,7 @@ def test_healthy_figures_pass_every_check():
     analysis = analyse(HEALTHY, SERVERLESS, CanaryChecks(cost_per_success_max_ratio=1.0), 75)
     assert analysis.verdict is Verdict.PASS
     assert {c.result for c in analysis.checks} == {"pass"}
-    assert len(analysis.checks) == 5
+    assert len(analysis.checks) == 6
 
 
 @pytest.mark.parametrize(
@@ -79,6 +88,35 @@ def test_thin_data_holds_on_latency_but_errors_still_fail():
     assert analyse(thin_erroring, SERVERLESS, CanaryChecks(), 75).verdict is Verdict.FAIL
     no_ttft = Side(100, 0, 99, None, 20, 1.0, 99)
     assert analyse(no_ttft, SERVERLESS, CanaryChecks(), 75).verdict is Verdict.INCONCLUSIVE
+
+
+def test_non_streaming_traffic_alone_can_pass_on_e2e_per_token():
+    analysis = analyse(NON_STREAMING, NON_STREAMING, CanaryChecks(ttft_p95_max_ms=2000), 75)
+    assert analysis.verdict is Verdict.PASS, analysis.reason
+    results = {c.name: c.result for c in analysis.checks}
+    assert results["e2e_per_token_p95_ratio"] == "pass"
+    assert {results[n] for n in ("ttft_p95_ratio", "itl_p50_ratio", "ttft_p95_ms")} == {"skipped"}
+
+
+def test_non_streaming_traffic_fails_on_a_slow_dedicated_side():
+    slow = replace(NON_STREAMING, e2e_per_token_p95_ms=40)  # 1.6x serverless
+    analysis = analyse(slow, NON_STREAMING, CanaryChecks(), 75)
+    assert analysis.verdict is Verdict.FAIL
+    assert [c.name for c in analysis.checks if c.result == "fail"] == ["e2e_per_token_p95_ratio"]
+
+
+def test_no_latency_compared_at_all_is_not_a_pass():
+    without = CanaryChecks(e2e_per_token_p95_max_ratio=None)  # and no request streamed
+    analysis = analyse(NON_STREAMING, NON_STREAMING, without, 75)
+    assert analysis.verdict is Verdict.INCONCLUSIVE
+    assert "ttft_p95_ratio" in analysis.reason and "itl_p50_ratio" in analysis.reason
+
+
+def test_a_latency_one_side_lacks_is_missing_not_skipped():
+    streamed_on_one_side = replace(NON_STREAMING, ttft_p95_ms=100)
+    analysis = analyse(streamed_on_one_side, NON_STREAMING, CanaryChecks(), 75)
+    assert analysis.verdict is Verdict.INCONCLUSIVE
+    assert {c.name: c.result for c in analysis.checks}["ttft_p95_ratio"] == "no_data"
 
 
 def test_decisions_step_hold_and_roll_back():
