@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 
 from policies import registry
 from policies.base import Policy
-from router.canary.controller import CanaryController
+from router.canary.controller import CanaryController, live_overrides
 from router.config import ConfigError, GatewayConfig
 from router.economics.costs import EconomicsGauges
 from router.http import proxy, routes
@@ -225,6 +225,8 @@ def _lifespan(parts: Parts) -> Callable[[FastAPI], AbstractAsyncContextManager[N
         try:
             await parts.store.start()
             log.info("%s", auth_mode(parts.config))
+            for line in live_overrides(parts.config, parts.store.snapshot().canary_percent):
+                log.warning("%s", line)
             await parts.signals.start()
             for service in parts.background():
                 service.start()

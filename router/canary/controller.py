@@ -25,7 +25,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, replace
 from typing import Any, Protocol
 
@@ -253,7 +253,7 @@ class CanaryController:
                 return after
         raise CanaryConflict(f"the canary run of {model} kept changing; try again")
 
-    async def manual_set(self, model: str, percent: float) -> None:
+    async def manual_set(self, model: str, percent: float, note: str = "") -> None:
         """A person set the percent: a run in progress pauses (the human wins), recorded."""
         if model not in self._models:
             return
@@ -262,7 +262,7 @@ class CanaryController:
             before = CanaryRun.parse(raw)
             if before.state != PROGRESSING:
                 return
-            note = f"paused: canary set to {percent:g}% by hand"
+            note = f"paused: canary {note or f'set to {percent:g}%'} by hand"
             after = replace(before, state=PAUSED, percent=percent, note=note, updated_at=time.time())
             if await self._write(model, version, after, "manual_set", None, leader=False, before=before) > 0:
                 return
@@ -279,6 +279,8 @@ class CanaryController:
             "live_percent": self._snapshot().canary_percent.get(
                 model, self._config.models[model].canary_percent
             ),
+            "configured_percent": self._config.models[model].canary_percent,
+            "live_override": model in self._snapshot().canary_percent,  # obeyed over the file's
             "plan": list(canary.plan()),
             "interval_s": canary.interval_s,
             "next_analysis_in_s": max(0.0, run.next_at - time.time())
@@ -301,6 +303,8 @@ class CanaryController:
             "percent": trial.percent,
             "would": action,
             "percent_after": after.percent,
+            # no run in progress (idle, promoted, ...): what a run started now would do first
+            "hypothetical": run.state != PROGRESSING,
             "analysis": analysis.as_json(),
         }
 
@@ -335,3 +339,16 @@ def _side(
         cost_usd=total.get("cost_usd", 0.0) if cost is None else cost,
         successful_tasks=total.get("tasks_ok", 0.0),
     )
+
+
+def live_overrides(config: GatewayConfig, live: Mapping[str, float]) -> list[str]:
+    """One line per model whose live canary percent (a `canary set`, or a run's, kept in the
+    store across restarts) differs from its file's `canary_percent`: said when `serve` starts,
+    since the file alone would mislead whoever reads it."""
+    return [
+        f"model {name}: the live canary percent {live[name]:g}% overrides canary_percent "
+        f"{model.canary_percent:g} in the config file (set live, kept in the state store); "
+        f"`tidegate canary reset {name}` returns to the file's"
+        for name, model in config.models.items()
+        if name in live and live[name] != model.canary_percent
+    ]

@@ -1,5 +1,6 @@
-"""`tidegate canary status|start|pause|resume|abort|promote|plan MODEL`: the canary controller
-through the admin API (`GET/POST /admin/models/{m}/canary...`), `status --watch` as a live table."""
+"""`tidegate canary set|reset|status|start|pause|resume|abort|promote|plan MODEL`: the canary
+through the admin API (`PUT/DELETE/GET/POST /admin/models/{m}/canary...`), `status --watch` as a
+live table."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def render_status(status: dict[str, Any]) -> Group:
         f"failures in a row {run['failures']})"
     )
     lines: list[Any] = [head]
+    if status.get("live_override"):
+        lines.append(
+            live_override_line(status["model"], status["live_percent"], status["configured_percent"])
+        )
     if status["next_analysis_in_s"] is not None:
         lines.append(
             f"next analysis in {status['next_analysis_in_s']:.0f}s (every {status['interval_s']:g}s)"
@@ -51,6 +56,14 @@ def render_status(status: dict[str, Any]) -> Group:
     return Group(*lines)
 
 
+def live_override_line(model: str, live: float, configured: float) -> str:
+    """Said wherever the percent is shown: a live percent outlives restarts and wins over the file."""
+    return (
+        f"live canary {live:g}% overrides the file's canary_percent {configured:g}% (set live, kept "
+        f"across restarts); `tidegate canary reset {model}` returns to the file's"
+    )
+
+
 def _check(check: dict[str, Any]) -> str:
     ded, sl = check["dedicated"], check["serverless"]
     shown = f"{ded:.3g}" if ded is not None else "-"
@@ -62,10 +75,17 @@ def _check(check: dict[str, Any]) -> str:
 def render_plan(plan: dict[str, Any]) -> str:
     analysis = plan["analysis"]
     checks = "\n".join(f"  {_check(c)}" for c in analysis["checks"])
-    return (
-        f"{plan['model']} ({plan['state']}, at {plan['percent']:g}%): the controller would {plan['would']} "
-        f"→ {plan['percent_after']:g}%\nverdict: {analysis['verdict']} ({analysis['reason']})\n{checks}"
-    )
+    if plan.get("hypothetical"):
+        head = (
+            f"{plan['model']} ({plan['state']}: no run in progress). A run started now would begin at "
+            f"{plan['percent']:g}% and {plan['would']} → {plan['percent_after']:g}%"
+        )
+    else:
+        head = (
+            f"{plan['model']} ({plan['state']}, at {plan['percent']:g}%): the controller would "
+            f"{plan['would']} → {plan['percent_after']:g}%"
+        )
+    return f"{head}\nverdict: {analysis['verdict']} ({analysis['reason']})\n{checks}"
 
 
 def add_parser(commands: Any) -> None:
@@ -76,6 +96,10 @@ def add_parser(commands: Any) -> None:
     setter.add_argument("percent", type=float)
     add_admin_options(setter)
     setter.set_defaults(run=_canary_set)
+    reset = actions.add_parser("reset", help="drop MODEL's live percent: back to the file's canary_percent")
+    reset.add_argument("model")
+    add_admin_options(reset)
+    reset.set_defaults(run=_canary_reset)
     status = actions.add_parser("status", help="the canary controller's run and history")
     status.add_argument("model")
     status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
@@ -109,6 +133,18 @@ def _canary_set(args: argparse.Namespace) -> int:
         return 1
     live, configured = body["canary_percent"], body["configured_canary_percent"]
     print(f"{args.model}: canary {live:g}% (configured {configured:g}%)")
+    if live != configured:
+        print(live_override_line(args.model, live, configured))
+    return 0
+
+
+def _canary_reset(args: argparse.Namespace) -> int:
+    try:
+        body = call_admin("DELETE", args.url, f"/admin/models/{args.model}/canary", args.admin_key)
+    except AdminCallFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{args.model}: canary {body['canary_percent']:g}% (the file's canary_percent; no live percent)")
     return 0
 
 

@@ -141,6 +141,11 @@ def build_routes_report(
         per_route_counts = [counts.get(route_key(name, e.name), {}) for e in model.endpoints]
         per_route_counts.append(counts.get(route_key(name, UNROUTED), {}))
         models[name] = _model_totals(per_route_counts) | {
+            "canary": {  # live: a `canary set` or a run's, obeyed over the file's until `canary reset`
+                "percent": snapshot.canary_percent.get(name, model.canary_percent),
+                "configured": model.canary_percent,
+                "source": "live" if name in snapshot.canary_percent else "file",
+            },
             "routes": per_route,
             "economics": model_costs(name, model, counts, span)
             | {"teams": team_costs(name, model, counts, span)},
@@ -194,6 +199,7 @@ def _pool_entry(endpoint: DedicatedEndpoint, c: Counts, snapshot: Snapshot, span
     entry: dict[str, Any] = {
         "in_flight": snapshot.in_flight.get(endpoint.name, 0),
         "queue_depth": snapshot.queue_depth(endpoint.name),
+        "waiting": snapshot.waiting.get(endpoint.name, 0),  # in line for a slot (queue_depth less in_flight)
         "utilization": round(c.get("busy_ms", 0.0) / 1000 / capacity_s, 4) if capacity_s > 0 else 0.0,
     }
     if c.get("batch"):  # batch keys' requests (router/request/priority.py): what they added

@@ -131,6 +131,17 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
         await admin.canary.manual_set(model, float(percent))
         return await admin.describe(model)
 
+    @router.delete("/models/{model}/canary")
+    async def reset_canary(model: str) -> dict[str, Any]:
+        """Back to the config file's canary_percent: the live percent (a `canary set`, or a
+        run's) is dropped on every replica, and a run in progress pauses (the human wins)."""
+        config = admin.model(model)
+        await admin.store.clear_canary(model)
+        await admin.canary.manual_set(
+            model, config.canary_percent, note=f"reset to the file's {config.canary_percent:g}%"
+        )
+        return await admin.describe(model)
+
     @router.put("/models/{model}/probe")
     async def put_probe(model: str, request: Request) -> dict[str, Any]:
         """A `tidegate probe --apply` ranking: the initial order of `fastest` serverless routes

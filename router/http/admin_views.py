@@ -29,6 +29,9 @@ def model_view(
         "model": model,
         "canary_percent": snapshot.canary_percent.get(model, cfg.canary_percent),
         "configured_canary_percent": cfg.canary_percent,
+        # live: set by `canary set` or a canary run, kept in the store across restarts, and
+        # obeyed over the file's until `canary reset` (DELETE /admin/models/{m}/canary)
+        "canary_percent_source": "live" if model in snapshot.canary_percent else "file",
         "config": cfg.model_dump(mode="json", exclude=_SECRETS),
         "dedicated": [_pool_view(model, d.name, d.max_concurrency, snapshot) for d in cfg.dedicated],
         "routes": {

@@ -125,6 +125,9 @@ class CanaryRuns(Protocol):
     async def set_canary(self, model: str, percent: float) -> None:
         """Set a model's live canary percent for every process sharing the store."""
 
+    async def clear_canary(self, model: str) -> None:
+        """Drop a model's live canary percent: every process obeys its config file's again."""
+
 
 class Rankings(Protocol):
     async def set_probe(self, model: str, ranking: bytes) -> None:

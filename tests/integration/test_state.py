@@ -223,6 +223,10 @@ async def test_redis_store_without_dedicated_pools_still_shares_the_canary(redis
         await reader.refresh()
         assert reader.snapshot().canary_percent == {"m": 40.0}
         assert reader.snapshot().in_flight == {}
+        await writer.clear_canary("m")  # `canary reset`: every replica back to the file's
+        assert writer.snapshot().canary_percent == {}
+        await reader.refresh()
+        assert reader.snapshot().canary_percent == {}
     finally:
         await writer.close()
         await reader.close()

@@ -65,6 +65,9 @@ class MemoryControl:
     async def set_canary(self, model: str, percent: float) -> None:
         self._canary[model] = percent
 
+    async def clear_canary(self, model: str) -> None:
+        self._canary.pop(model, None)
+
     async def set_probe(self, model: str, ranking: bytes) -> None:
         self._probes[model] = ranking
 

@@ -77,6 +77,11 @@ class RedisControl(RedisParts):
         percents = {**self._snapshot.canary_percent, model: percent}
         self._snapshot = replace(self._snapshot, canary_percent=percents)
 
+    async def clear_canary(self, model: str) -> None:
+        await self._ask("the canary could not be cleared", "HDEL", self._keys.canary_percent, model)
+        percents = {m: p for m, p in self._snapshot.canary_percent.items() if m != model}
+        self._snapshot = replace(self._snapshot, canary_percent=percents)
+
     async def set_probe(self, model: str, ranking: bytes) -> None:
         await self._ask("the probe ranking could not be stored", "HSET", self._keys.rankings, model, ranking)
         orders = {**self._snapshot.probe_order, model: probe_order(ranking)}
