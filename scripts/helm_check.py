@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -227,6 +228,30 @@ def trusted_proxies() -> str | None:
     return None if set_ == ["10.42.0.0/16"] else f"trustedProxies rendered as {set_}"
 
 
+def monitoring_ships_the_files() -> str | None:
+    """Off by default; on, the dashboard ConfigMap and the PrometheusRule carry the chart's
+    files/ unchanged (the plain files make test checks against promtool and Prometheus)."""
+    kinds = {d.get("kind") for d in documents(render(CHART))}
+    if "PrometheusRule" in kinds or any(
+        d.get("kind") == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")
+        for d in documents(render(CHART))
+    ):
+        return "monitoring rendered while off"
+    on = {"monitoring": {"dashboard": {"enabled": True}, "rules": {"enabled": True}}}
+    docs = documents(render(CHART, on))
+    dashboard = next(
+        d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")
+    )
+    shipped = json.loads(dashboard["data"]["tidegate-dashboard.json"])
+    if shipped != json.loads((CHART / "files" / "tidegate-dashboard.json").read_text()):
+        return "the dashboard ConfigMap differs from files/tidegate-dashboard.json"
+    if dashboard["metadata"]["labels"].get("grafana_dashboard") != "1":
+        return f"dashboard labels {dashboard['metadata']['labels']}"
+    rule = find(docs, "PrometheusRule")
+    plain = yaml.safe_load((CHART / "files" / "tidegate-alerts.yaml").read_text())
+    return None if rule["spec"] == plain else "the PrometheusRule differs from files/tidegate-alerts.yaml"
+
+
 def render_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
     def default_config() -> str | None:
         configmap = find(documents(render(CHART)), "ConfigMap")
@@ -248,6 +273,10 @@ def render_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
     )
     checks.run(
         "render: X-Forwarded-For is believed only from trustedProxies (none by default)", trusted_proxies
+    )
+    checks.run(
+        "render: monitoring ships the dashboard and alert rules files unchanged (off by default)",
+        monitoring_ships_the_files,
     )
 
 

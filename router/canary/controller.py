@@ -33,9 +33,11 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from policies.types import Snapshot, route_key
-from router.canary.analysis import Analysis, Side, analyse, with_parity
-from router.canary.gauges import CanaryGauges
+from router.canary.analysis import Analysis, Side, Verdict, analyse, with_parity
+from router.canary.gauges import ModelGauges
 from router.canary.run import (
+    ACTIONS,
+    DECISIONS,
     IDLE,
     PAUSED,
     PROGRESSING,
@@ -95,8 +97,19 @@ class CanaryController:
             ("model", "result"),
             registry=registry,
         )
+        self._actions = Counter(
+            "tidegate_canary_actions",
+            "Canary run changes written by this process (step_up, promote, rollback, pause, ...)",
+            ("model", "action"),
+            registry=registry,
+        )
+        for name in self._models:  # every series exists from the start (at 0), for rate() and alerts
+            for result in (v.value for v in Verdict):
+                self._analyses.labels(name, result)
+            for action in (*DECISIONS, *ACTIONS, "manual_set"):
+                self._actions.labels(name, action)
         if registry is not None:
-            registry.register(CanaryGauges(config, snapshot))
+            registry.register(ModelGauges(config, snapshot))
 
     # --- the leader's loop ----------------------------------------------------------------
 
@@ -196,6 +209,7 @@ class CanaryController:
             return written
         if written > 0:
             await self._store.set_canary(model, run.percent)
+            self._actions.labels(model, action).inc()
             events_log.info(orjson.dumps({k: v for k, v in event.items() if k != "analysis"}).decode())
         return written
 

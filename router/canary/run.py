@@ -14,7 +14,8 @@ from router.config import CanaryControllerConfig
 from router.errors import ClientError
 
 IDLE, PROGRESSING, PAUSED, PROMOTED, ROLLED_BACK = "idle", "progressing", "paused", "promoted", "rolled_back"
-ACTIONS = ("start", "pause", "resume", "abort", "promote")
+ACTIONS = ("start", "pause", "resume", "abort", "promote")  # an admin's
+DECISIONS = ("step_up", "hold", "hold_failed", "rollback", "pause", "promote")  # the controller's (decide)
 
 
 class CanaryConflict(ClientError):

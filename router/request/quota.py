@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from router.config import KeyConfig, ModelConfig
 from router.economics.cost import token_cost_usd
@@ -100,6 +100,12 @@ class Quota:
             ("key", "reason"),
             registry=registry,
         )
+        self.budget_used = Gauge(
+            "tidegate_key_budget_used_ratio",
+            "A named key's spend over its budget (all replicas), as of its last request, by period",
+            ("key", "team", "period"),
+            registry=registry,
+        )
 
     async def admit(self, key: KeyConfig | None, body_bytes: int, request_id: str) -> Grant | None:
         """The `count` step, before the body is read: the key's grant (None: a key without
@@ -148,11 +154,23 @@ class Quota:
                 detail=exc.detail,
                 headers={"retry-after": "1"},
             ) from exc
+        self._budgets(key, answer)
         if answer.refused is not None:
             self._labelled.setdefault(key.name, set()).add(("refusals", (key.name, answer.refused)))
             self.refusals.labels(key.name, answer.refused).inc()
             raise _refusal(key, ask, answer, ratelimit_headers(key, answer))
         return answer
+
+    def _budgets(self, key: KeyConfig, answer: QuotaAnswer) -> None:
+        """The share of each budget the key has spent (the alert rules' "nearly spent")."""
+        for period, cap, spent in (
+            ("day", key.max_usd_per_day, answer.spent_day),
+            ("month", key.max_usd_per_month, answer.spent_month),
+        ):
+            if cap:
+                labels = (key.name, key.team, period)
+                self._labelled.setdefault(key.name, set()).add(("budget_used", labels))
+                self.budget_used.labels(*labels).set(spent / cap)
 
     def count(self, key: KeyConfig, *, ok: bool, usd: float) -> None:
         """A named key's request in Prometheus (labels only for keys that exist: bounded)."""
