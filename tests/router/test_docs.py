@@ -4,6 +4,7 @@ as `tidegate check-config`."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -53,3 +54,19 @@ def test_every_config_block_of_the_docs_is_valid_in_the_example(where, block):
 
 def test_the_docs_have_config_blocks_to_check():
     assert len(yaml_blocks()) >= 1
+
+
+def test_the_architecture_diagram_is_drawn_from_its_source():
+    """docs/img/architecture.svg records the SHA-256 of the .mmd it was drawn from: editing the
+    source without re-running scripts/render_diagram.py fails here."""
+    source = (ROOT / "docs" / "img" / "architecture.mmd").read_text()
+    svg = (ROOT / "docs" / "img" / "architecture.svg").read_text()
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    assert svg.startswith(f"<!-- drawn from architecture.mmd sha256={digest} "), "re-run scripts/render_diagram.py"
+    assert "<svg" in svg and "<foreignObject" not in svg  # plain SVG text: any viewer draws it
+
+
+def test_no_page_asks_the_browser_to_draw_a_diagram():
+    """A mermaid fence would make the site fetch mermaid from a CDN: diagrams are SVGs."""
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    assert [p.name for p in pages if "```mermaid" in p.read_text()] == []
