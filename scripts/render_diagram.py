@@ -54,13 +54,16 @@ def render(source: str, workdir: Path) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("source", type=Path, help="a .mmd file; the .svg is written beside it")
     args = parser.parse_args()
     source = args.source.read_text()
     with tempfile.TemporaryDirectory() as tmp:
         svg = render(source, Path(tmp))
-    stamp = f"<!-- drawn from {args.source.name} sha256={source_digest(source)} by scripts/render_diagram.py -->\n"
+    digest = source_digest(source)
+    stamp = f"<!-- drawn from {args.source.name} sha256={digest} by scripts/render_diagram.py -->\n"
     args.source.with_suffix(".svg").write_text(stamp + svg + "\n")
     print(f"wrote {args.source.with_suffix('.svg')}")
     return 0
