@@ -60,9 +60,19 @@ def pareto_plot(found: dict[str, Any], path: Path) -> str:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # noqa: PLC0415
-        from matplotlib.ticker import FormatStrFormatter, NullFormatter  # noqa: PLC0415
     except ImportError:
         return "no pareto.png: the plot needs matplotlib (pip install 'tidegate[report]')"
+    fig = pareto_figure(found)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"Pareto plot: {path}"
+
+
+def pareto_figure(found: dict[str, Any]) -> Any:
+    """The plot `pareto_plot` saves (a matplotlib Figure; the caller closes it)."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (optional: the `report` extra)
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter  # noqa: PLC0415
+
     plans = [p for p in found["plans"] if p.get("cost_per_slo_success_usd") is not None]
     by_label = {p["plan"]: p for p in plans}
     edge = sorted((by_label[n] for n in found["pareto"] if n in by_label), key=_x)
@@ -71,12 +81,16 @@ def pareto_plot(found: dict[str, Any], path: Path) -> str:
     ax.plot([_x(p) for p in edge], [_y(p) for p in edge], marker="o", color="#1f77b4", label="Pareto front")
     for number, p in enumerate(edge, start=1):
         ax.annotate(str(number), (_x(p), _y(p)), xytext=(4, 4), textcoords="offset points", fontsize=8)
-    for name, marker, color in (("chosen", "*", "#d62728"), ("runner_up", "D", "#ff7f0e")):
-        p = by_label.get(found.get(name) or "")
-        if p is not None:
-            ax.scatter(
-                [_x(p)], [_y(p)], marker=marker, s=160, color=color, label=name.replace("_", "-"), zorder=3
-            )
+    runner = by_label.get(found.get("runner_up") or "")
+    if runner is not None:  # hollow, under the chosen star: a plan at the same point never hides it
+        ax.scatter([_x(runner)], [_y(runner)], marker="D", s=200, facecolors="none", edgecolors="#ff7f0e",
+                   linewidths=1.5, label="runner-up", zorder=CHOSEN_ZORDER - 1)  # fmt: skip
+    best = by_label.get(found.get("chosen") or "")
+    if best is not None:
+        ax.scatter([_x(best)], [_y(best)], marker="*", s=180, color="#d62728", edgecolors="black",
+                   linewidths=0.6, label="chosen", zorder=CHOSEN_ZORDER)  # fmt: skip
+        ax.annotate("chosen", (_x(best), _y(best)), xytext=(-14, -16), textcoords="offset points",
+                    fontsize=8, color="#d62728", zorder=CHOSEN_ZORDER)  # fmt: skip
     ax.axhline(found["slo"]["target_attainment"] * 100, color="#999999", linestyle="--", linewidth=0.8)
     ax.set_xscale("log")
     chosen = by_label.get(found.get("chosen") or "")
@@ -95,9 +109,10 @@ def pareto_plot(found: dict[str, Any], path: Path) -> str:
     key.axis("off")
     key.text(0, 1, _key(edge, found), va="top", family="monospace", fontsize=7, transform=key.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return f"Pareto plot: {path}"
+    return fig
+
+
+CHOSEN_ZORDER = 10  # above every other mark of the plot
 
 
 def _x(plan: dict[str, Any]) -> float:

@@ -10,6 +10,7 @@ import argparse
 import base64
 import html
 import io
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,35 +52,37 @@ def _cost_table(name: str, model: dict[str, Any], window_s: float) -> Table:
     table = Table(title=f"{name}: cost over the last {window_s:g}s", title_justify="left")
     for column in ("route", "kind", "cost $", "tasks", "ok tasks", "$ / ok task", "wasted $", "util %"):
         table.add_column(column, justify="left" if column in ("route", "kind") else "right")
-    for route, r in economics["routes"].items():
-        table.add_row(route, model["routes"][route]["kind"], *_cost_cells(r), _pct(r.get("utilization")))
-    table.add_row("blended", "", *_cost_cells(economics["blended"]), "", style="bold")
+    rows = [*economics["routes"].values(), economics["blended"]]
+    money = {key: usd_column([r[key] for r in rows]) for key in _MONEY}
+    for i, (route, r) in enumerate(economics["routes"].items()):
+        cells = _cost_cells(r, {key: shown[i] for key, shown in money.items()})
+        table.add_row(route, model["routes"][route]["kind"], *cells, _pct(r.get("utilization")))
+    blended = _cost_cells(economics["blended"], {key: shown[-1] for key, shown in money.items()})
+    table.add_row("blended", "", *blended, "", style="bold")
     return table
+
+
+_MONEY = ("cost_usd", "cost_per_successful_task_usd", "wasted_usd")
 
 
 def _teams_table(name: str, teams: dict[str, Any]) -> Table:
     table = Table(title=f"{name}: by team (named keys)", title_justify="left")
     for column in ("team", "requests", "ok", "serverless $", "dedicated share $", "$ / ok request"):
         table.add_column(column, justify="left" if column == "team" else "right")
-    for team, t in teams.items():
-        table.add_row(
-            team,
-            str(t["requests"]),
-            str(t["successes"]),
-            _usd(t["serverless_usd"]),
-            _usd(t["dedicated_share_usd"]),
-            _usd(t["cost_per_success_usd"]),
-        )
+    keys = ("serverless_usd", "dedicated_share_usd", "cost_per_success_usd")
+    money = [usd_column([t[key] for t in teams.values()]) for key in keys]
+    for i, (team, t) in enumerate(teams.items()):
+        table.add_row(team, str(t["requests"]), str(t["successes"]), *(column[i] for column in money))
     return table
 
 
-def _cost_cells(r: dict[str, Any]) -> list[str]:
+def _cost_cells(r: dict[str, Any], money: dict[str, str]) -> list[str]:
     return [
-        _usd(r["cost_usd"]),
+        money["cost_usd"],
         str(r["tasks"]),
         str(r["successful_tasks"]),
-        _usd(r["cost_per_successful_task_usd"]),
-        _usd(r["wasted_usd"]),
+        money["cost_per_successful_task_usd"],
+        money["wasted_usd"],
     ]
 
 
@@ -104,10 +107,17 @@ def _shape_lines(shape: dict[str, Any]) -> list[str]:
     return lines
 
 
+def usd_column(values: list[float | None]) -> list[str]:
+    """A column of dollar figures at one precision: two decimals, or as many as its smallest
+    non-zero figure needs for three significant digits (at most 6). The column reads `4.420`,
+    `0.384`, `0.000`, never `4.42`, `0.384198`, `0.000000`."""
+    small = min((abs(v) for v in values if v), default=1.0)
+    decimals = 2 if small >= 1 else min(6, 2 - math.floor(math.log10(small)))
+    return ["-" if v is None else f"{v:,.{decimals}f}" for v in values]
+
+
 def _usd(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.6f}" if abs(value) < 1 else f"{value:,.2f}"
+    return usd_column([value])[0]
 
 
 def _pct(value: float | None) -> str:

@@ -128,7 +128,8 @@ def test_admin_is_disabled_without_an_admin_key(gateway):
 def test_cli_canary_set(admin_gateway):
     done = run_cli("canary", "set", "m", "25", "--url", admin_gateway.url, "--admin-key", "admin-secret")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "m: canary 25% (configured 100%)"
+    assert done.stdout.splitlines()[0] == "m: canary 25% (configured 100%)"
+    assert "`tidegate canary reset m` returns to the file's" in done.stdout  # the live percent wins
     assert httpx.get(admin_gateway.url + "/admin/models/m", headers=ADMIN).json()["canary_percent"] == 25
     wrong = run_cli("canary", "set", "m", "25", "--url", admin_gateway.url, "--admin-key", "bad")
     assert wrong.returncode == 1 and "401" in wrong.stderr

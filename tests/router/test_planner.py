@@ -339,6 +339,37 @@ def test_the_pareto_plot_marks_the_chosen_plan_and_the_runner_up(tmp_path):
     assert f"{found['chosen']} (chosen)" in key and f"{found['runner_up']} (runner-up)" in key
 
 
+def test_the_chosen_plan_is_never_hidden_under_the_runner_up():
+    """Two plans at the same point: the chosen star is drawn on top, the runner-up diamond is
+    hollow, and the pixel at that point is the star's red."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    from router.cli.plan_output import pareto_figure  # noqa: PLC0415
+
+    def plan(name: str, cost: float, attainment: float) -> dict:
+        return {"plan": name, "cost_per_slo_success_usd": cost, "slo_attainment": attainment,
+                "cost_usd": cost * 1000, "settings": {"replicas": 1}}  # fmt: skip
+
+    plans = [plan("a", 0.002, 0.97), plan("b", 0.002, 0.97), plan("c", 0.004, 0.99), plan("d", 0.001, 0.5)]
+    found = {"plans": plans, "pareto": ["d", "a", "c"], "chosen": "a", "runner_up": "b",
+             "slo": {"ttft_ms": 2000.0, "target_attainment": 0.95}}  # fmt: skip
+    fig = pareto_figure(found)
+    try:
+        ax = fig.axes[0]
+        marks = {c.get_label(): c for c in ax.collections}
+        others = [a.get_zorder() for a in [*ax.collections, *ax.lines] if a is not marks["chosen"]]
+        assert marks["chosen"].get_zorder() > max(others)
+        assert marks["runner-up"].get_facecolor().size == 0 or marks["runner-up"].get_facecolor()[0][3] == 0
+        fig.canvas.draw()
+        x, y = ax.transData.transform((2.0, 97.0))  # cost per 1,000 tasks, attainment in %
+        pixels = np.asarray(fig.canvas.buffer_rgba())
+        r, g, b = pixels[round(float(pixels.shape[0] - y)), round(float(x))][:3]
+        assert (r, g, b) == (0xD6, 0x27, 0x28), (r, g, b)  # the chosen star's red, not the diamond
+    finally:
+        plt.close(fig)
+
+
 def test_the_figures_do_not_depend_on_how_many_processes_model_them():
     rows = window(load(TRACES / "AzureLLMInferenceTrace_code_20min.csv"), 3, 1)
     plans = Grid(replicas=(0, 1), max_concurrency=(8, 16), max_queue_ms=(0,), canary_percent=(100,)).plans()
