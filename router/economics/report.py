@@ -43,7 +43,7 @@ async def economics_report(
     metrics = (*LATENCIES, Metric.TOKENS_IN, Metric.TOKENS_OUT)
     histograms = {m: await store.latency_window(config.route_keys(), m, window_s) for m in metrics}
     figures = WindowFigures(histograms, {route: _summed(rows) for route, rows in series.items()})
-    report = build_routes_report(config, figures, snapshot, window_s, store.name)
+    report = build_routes_report(config, figures, snapshot, window_s, store.name, started_at=store.started_at)
     names = [model] if model else list(config.models)
     report["models"] = {name: report["models"][name] for name in names}
     routes = [route_key(name, e.name) for name in names for e in config.models[name].endpoints]

@@ -80,9 +80,11 @@ def _spanned_s(window_s: float, wall: float) -> float:
 
 
 class Windows(Protocol):
-    """The state store as reports read it: every replica's merged histograms and counters."""
+    """The state store as reports read it: every replica's merged histograms and counters,
+    and when the gateway started using it (`started_at`, Unix seconds)."""
 
     name: str
+    started_at: float
 
     async def latency_window(
         self, routes: Sequence[str], metric: Metric, window_s: float
@@ -126,15 +128,23 @@ async def routes_report(
 ) -> dict[str, Any]:
     """The report over the last `window_s` seconds; `snapshot` supplies the live in-flight."""
     figures = await read_window(config, store, window_s)
-    return build_routes_report(config, figures, snapshot, window_s, store.name)
+    return build_routes_report(config, figures, snapshot, window_s, store.name, started_at=store.started_at)
 
 
 def build_routes_report(
-    config: GatewayConfig, figures: WindowFigures, snapshot: Snapshot, window_s: float, store_name: str
+    config: GatewayConfig,
+    figures: WindowFigures,
+    snapshot: Snapshot,
+    window_s: float,
+    store_name: str,
+    *,
+    started_at: float = 0.0,
 ) -> dict[str, Any]:
+    """The report over the window, or since `started_at` when the gateway is younger than the
+    window: a dedicated pool is billed (and its utilization counted) only while it existed."""
     counts = figures.counts
     wall = time.time()
-    span = Span(wall - _spanned_s(window_s, wall), wall)
+    span = Span(max(wall - _spanned_s(window_s, wall), min(started_at, wall - 1e-9)), wall)
     models: dict[str, Any] = {}
     for name, model in config.models.items():
         per_route = {e.name: _route_entry(name, e, figures, snapshot, span) for e in model.endpoints}

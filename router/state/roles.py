@@ -197,6 +197,7 @@ class Lifecycle(Protocol):
     degraded: bool  # True while shared state is unreachable and decisions are local
     fallback_admissions: int  # slots granted locally because the shared store was unreachable
     loops: Loops  # its background loops' heartbeats (router/periodic.py)
+    started_at: float  # when the gateway started using this store (Unix s): reports bill from it
 
     async def start(self) -> None:
         """Begin background work (refresh, renewal); called once by the app's lifespan."""

@@ -3,6 +3,7 @@ table, the JSON and the HTML page with its plots; and the economics on /metrics.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +17,7 @@ ADMIN = ("--admin-key", "demo-admin")
 
 
 def test_report_after_demo_traffic(tmp_path):
+    launched = time.time()
     with CliProcess("demo", "--port", "0") as demo:
         client = openai.OpenAI(base_url=demo.url, api_key="unused", max_retries=0)
         for i in range(6):
@@ -44,6 +46,7 @@ def test_report_after_demo_traffic(tmp_path):
         )
         bad_window = run_cli("report", "--url", demo.root, *ADMIN, "--window", "soon")
         metrics = httpx.get(demo.root + "/metrics").text
+        age_s = time.time() - launched
     assert table.returncode == 0, table.stderr
     assert "demo-model: cost over the last 300s" in table.stdout and "blended" in table.stdout
     assert "→" in table.stdout  # the recommendation
@@ -51,6 +54,8 @@ def test_report_after_demo_traffic(tmp_path):
     economics = found["models"]["demo-model"]["economics"]
     assert economics["blended"]["tasks"] == 6
     assert economics["routes"]["sim-dedicated"]["cost_usd"] > 0  # provisioned time is paid, busy or idle
+    # ... but only since the demo started, not for the 5 minutes before it existed
+    assert economics["routes"]["sim-dedicated"]["replica_hours"] * 3600 <= age_s + 1
     assert found["models"]["demo-model"]["traffic_shape"]["requests"] == 6
     tokens = found["models"]["demo-model"]["traffic_shape"]["token_distribution"]
     assert tokens["output"]["answers"] == 6 and tokens["output"]["p50"] > 0

@@ -421,3 +421,16 @@ async def test_tasks_still_count_while_redis_is_away_and_say_so_once(caplog):
     assert counted == {"tasks": 20, "tasks_ok": 10}
     warnings = [r for r in caplog.records if "not settled in the store" in r.getMessage()]
     assert len(warnings) == 1
+
+
+async def test_every_replica_reads_when_the_first_one_started(redis_url):
+    first = RedisStore(redis_url, [])
+    await first.start()
+    later = RedisStore(redis_url, [])
+    later.started_at = first.started_at + 120  # a replica started two minutes later
+    try:
+        await later.start()
+        assert later.started_at == first.started_at  # reports bill from the gateway's first start
+    finally:
+        await first.close()
+        await later.close()

@@ -5,6 +5,8 @@ stays readable in a 100-column terminal."""
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 
 from router.cli.canary import render_plan, render_status
@@ -89,3 +91,17 @@ async def test_canary_plan_without_a_run_says_it_is_hypothetical():
     assert "no run in progress). A run started now would begin at 50%" in render_plan(idle)
     assert running["hypothetical"] is False
     assert "the controller would" in render_plan(running) and "no run" not in render_plan(running)
+
+
+async def test_a_report_bills_dedicated_only_since_the_gateway_started():
+    """A day's window, a gateway a moment old: the dedicated pool is billed for the moment, not
+    for the hours before the gateway (and its GPUs, in the demo) existed."""
+    text = config().replace("gpu_hour_usd: 0", "gpu_hour_usd: 3600")  # $1 a second per GPU
+    upstreams = MockUpstreams({"ded": answers(chat_reply()), "sl1": answers(chat_reply())})
+    async with asgi_gateway(text, upstreams) as gw:
+        age_s = time.time() - gw.app.state.store.started_at
+        report = (await gw.client.get("/admin/report?window=24h", headers=ADMIN)).json()
+        age_after_s = time.time() - gw.app.state.store.started_at
+    ded = report["models"]["m"]["economics"]["routes"]["ded"]
+    assert age_s * 0.99 <= ded["cost_usd"] <= age_after_s + 1  # ~ its age in seconds at $1/s
+    assert ded["replica_hours"] * 3600 <= age_after_s + 1

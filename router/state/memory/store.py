@@ -36,6 +36,7 @@ class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks, Memory
         loops: Loops | None = None,
     ) -> None:
         self.loops = loops or Loops()
+        self.started_at = time.time()  # the gateway (one process) exists from here: reports bill from it
         MemoryLeases.__init__(self)
         MemorySeries.__init__(self, routes, window_s, retention_s)
         MemoryControl.__init__(self)

@@ -15,6 +15,7 @@ class Keys:
     def __init__(self, prefix: str = "tidegate") -> None:
         self.prefix = prefix
         self.canary_percent = f"{prefix}:canary"  # model -> live canary percent (hash)
+        self.started_at = f"{prefix}:started_at"  # when the first replica on this Redis started (Unix s)
         self.rankings = f"{prefix}:probe"  # model -> applied probe ranking (hash)
         self.parity = f"{prefix}:parity"  # model -> applied parity verdicts (hash)
         self.made_keys = f"{prefix}:keys"  # name -> a client key made through the admin API (hash)

@@ -94,6 +94,7 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
         self._batch = Batcher(target, timeout_s)
         self._keys = Keys(prefix)
         self._start_degraded = start_degraded
+        self.started_at = time.time()  # this process; the first replica's once start() read it
         self._pools = sorted(set(pools))
         self._routes = sorted(set(routes))
         self._ttl_ms = int(lease_ttl_s * 1000)
@@ -177,6 +178,15 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
         except RedisError:
             return False
 
+    async def _first_start(self) -> None:
+        """`started_at`: when the first replica sharing this Redis started (kept there), so a
+        report bills dedicated capacity only from when the gateway existed, not a whole window."""
+        await self._ask(
+            "the start time could not be stored", "SET", self._keys.started_at, repr(self.started_at), "NX"
+        )
+        found = await self._ask("the start time could not be read", "GET", self._keys.started_at)
+        self.started_at = min(self.started_at, float(found)) if found else self.started_at
+
     async def start(self) -> None:
         """Check Redis, then start refresh, renewal and flushing; call once, inside the event
         loop. Unreachable (or refusing our password) at start is StoreUnreachableAtStart,
@@ -198,6 +208,8 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
                 self._url,
                 exc,
             )
+        if not self.degraded:
+            await self._first_start()
         survives = (RedisError, StoreUnavailable)  # Redis away: log, keep trying
         loop = asyncio.get_running_loop()
         self._tasks = [
