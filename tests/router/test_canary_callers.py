@@ -98,7 +98,8 @@ async def test_a_key_that_cuts_its_own_answers_on_dedicated_cannot_roll_the_cana
     text = text.replace("auth: {api_keys: [key]}", "auth: {api_keys: [key, attacker]}")
     text = text.replace(
         "    canary_percent: 50",
-        "    canary_percent: 50\n    canary: {steps: [50, 100], min_samples: 10}\n"
+        # the rates are under test: in-process latencies are microseconds of scheduling noise
+        "    canary_percent: 50\n    canary: {steps: [50, 100], min_samples: 10, checks: {e2e_per_token_p95_max_ratio: null}}\n"
         f"    success: {{length_under_max_tokens: {judged}}}",
     )
 
