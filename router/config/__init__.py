@@ -17,6 +17,7 @@ from router.config.endpoints import (
 from router.config.gateway import ConfigError, GatewayConfig
 from router.config.loading import load_config, parse_config
 from router.config.model import (
+    BatchConfig,
     BreakerConfig,
     CanaryChecks,
     CanaryControllerConfig,
@@ -42,6 +43,7 @@ from router.config.tenants import KeyConfig, Priority
 __all__ = [
     "WEEKDAYS",
     "AuthConfig",
+    "BatchConfig",
     "BreakerConfig",
     "CanaryChecks",
     "CanaryControllerConfig",

@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel
 
 from router.config import (
+    BatchConfig,
     BreakerConfig,
     CanaryChecks,
     CanaryControllerConfig,
@@ -34,6 +35,7 @@ from router.config import (
     LimitsConfig,
     RetryConfig,
     RoutingConfig,
+    ShadowConfig,
     SloConfig,
     StateConfig,
     TimeoutsConfig,
@@ -56,7 +58,9 @@ _ENDPOINT: _Sections = (("timeouts", TimeoutsConfig, ("ttft_s", "idle_s", "total
 _OPTIONAL_MODEL: _Sections = (
     ("canary", CanaryControllerConfig, ("interval_s",)),
     ("hedge", HedgeConfig, ("after_ms", "window_s")),
+    ("shadow", ShadowConfig, ("timeout_s",)),
 )
+_BATCH: _Sections = (("batch", BatchConfig, ("max_wait_s",)),)  # inside routing
 _CANARY_CHECKS: _Sections = (("checks", CanaryChecks, ("ttft_p95_max_ms",)),)
 # a dedicated endpoint's predicted-TTFT priors: the overhead is a time, the prefill a rate
 # (tokens per trace second are K times as many per wall second)
@@ -66,6 +70,42 @@ _OPTIONAL_ENDPOINT: _Sections = (
     ("engine_signal", EngineSignalConfig, ("interval_s", "stale_after_s", "dwell_s")),
     ("keep_warm", KeepWarmConfig, ("interval_s", "min_interval_s", "cold_ms")),
 )
+# a named key's limits are rates: K times as many requests and tokens per wall minute
+_KEY_RATES = ("rpm", "tpm")
+
+# The time and rate fields a time-lapse leaves alone, each with why: a test
+# (tests/router/test_timelapse_declared.py) fails on a field that is in neither list.
+UNSCALED: Mapping[str, str] = {
+    "TasksConfig.ttl_s": "feedback bookkeeping, not routing (a replay sends no feedback)",
+    "TasksConfig.early_feedback_s": "feedback bookkeeping, not routing",
+    "StateConfig.retention_s": "how long slices are stored, longer than any replay",
+    "StateConfig.redis_timeout_s": "a network timeout: Redis is not slowed by the time-lapse",
+    "TimeoutsConfig.connect_s": "a TCP connect on the wall clock",
+    "KeyConfig.max_usd_per_day": "money per UTC calendar day",
+    "KeepWarmConfig.max_usd_per_day": "money per UTC calendar day",
+    "ShadowConfig.max_usd_per_day": "money per UTC calendar day",
+    "KeepWarmConfig.schedule_days": "days of history the keep-warm schedule learns from",
+    **{
+        f"LimitsConfig.{name}": "client connection hygiene on the wall clock: the replay's clients are real"
+        for name in (
+            "discard_timeout_s",
+            "drain_s",
+            "header_timeout_s",
+            "body_timeout_s",
+            "keep_alive_s",
+            "keyless_keep_alive_s",
+            "client_write_timeout_s",
+        )
+    },
+}
+
+
+def scaled_fields() -> set[str]:
+    """`Class.field` for every constant a time-lapse divides (or, for a rate, multiplies)."""
+    sections = (*_TOP, *_MODEL, *_ENDPOINT, *_OPTIONAL_MODEL, *_BATCH, *_CANARY_CHECKS, *_OPTIONAL_ENDPOINT)
+    found = {f"{cls.__name__}.{key}" for _, cls, keys in sections for key in keys}
+    found |= {f"DedicatedEndpoint.{key}" for key in (*_DEDICATED_TIMES, *_DEDICATED_RATES)}
+    return found | {f"KeyConfig.{key}" for key in _KEY_RATES}
 
 
 def scale_config(text: str, factor: float, env: Mapping[str, str]) -> str:
@@ -80,6 +120,10 @@ def scale_config(text: str, factor: float, env: Mapping[str, str]) -> str:
         _divide(raw.setdefault(section, {}), cls, keys, factor)
     for model in (raw.get("models") or {}).values():
         _scale_model(model, factor)
+    for key in (raw.get("auth") or {}).get("keys") or []:
+        for name in _KEY_RATES:  # whole numbers: a limit is a count
+            if isinstance(key.get(name), int) and not isinstance(key.get(name), bool):
+                key[name] = max(1, round(key[name] * factor))
     scaled = yaml.safe_dump(raw, sort_keys=False)
     parse_config(scaled, env)  # a constant below its bound: ConfigError names it
     return f"# time-lapse x{factor:g} of this config for tidegate replay --speed {factor:g}\n" + scaled
@@ -89,6 +133,8 @@ def _scale_model(model: dict[str, Any], factor: float) -> None:
     """One model's routing, SLO, retry, breaker, canary and endpoint constants."""
     for section, cls, keys in _MODEL:
         _divide(model.setdefault(section, {}), cls, keys, factor)
+    for section, cls, keys in _BATCH:
+        _divide(model["routing"].setdefault(section, {}), cls, keys, factor)
     for section, cls, keys in _OPTIONAL_MODEL:
         if isinstance(model.get(section), dict):
             _divide(model[section], cls, keys, factor)
