@@ -177,46 +177,42 @@ def _analyse(dedicated: Side, serverless: Side, checks: CanaryChecks, min_sample
     return Analysis(Verdict.PASS, "every check passed", dedicated, serverless, tuple(results))
 
 
+def check_name(field: str) -> str:
+    """The check a `CanaryChecks` field sets the limit of: its name without `_max`/`_min`
+    (`ttft_p95_max_ratio` -> `ttft_p95_ratio`). One declaration: the config's field names."""
+    return field.replace("_max", "").replace("_min", "")
+
+
 def _checked(dedicated: Side, serverless: Side, checks: CanaryChecks) -> list[Check]:
     """Every configured check's result on the two sides' figures."""
-    ratios = (  # (check, dedicated, serverless, limit, the ratio must be at most the limit)
-        ("ttft_p95_ratio", dedicated.ttft_p95_ms, serverless.ttft_p95_ms, checks.ttft_p95_max_ratio, True),
-        ("itl_p50_ratio", dedicated.itl_p50_ms, serverless.itl_p50_ms, checks.itl_p50_max_ratio, True),
+    ratios = (  # (the CanaryChecks field, dedicated, serverless, the ratio must be at most the limit)
+        ("ttft_p95_max_ratio", dedicated.ttft_p95_ms, serverless.ttft_p95_ms, True),
+        ("itl_p50_max_ratio", dedicated.itl_p50_ms, serverless.itl_p50_ms, True),
         (
-            "e2e_per_token_p95_ratio",
+            "e2e_per_token_p95_max_ratio",
             dedicated.e2e_per_token_p95_ms,
             serverless.e2e_per_token_p95_ms,
-            checks.e2e_per_token_p95_max_ratio,
             True,
         ),
-        (
-            "success_rate_ratio",
-            dedicated.success_rate,
-            serverless.success_rate,
-            checks.success_rate_min_ratio,
-            False,
-        ),
-        (
-            "cost_per_success_ratio",
-            dedicated.cost_per_success,
-            serverless.cost_per_success,
-            checks.cost_per_success_max_ratio,
-            True,
-        ),
+        ("success_rate_min_ratio", dedicated.success_rate, serverless.success_rate, False),
+        ("cost_per_success_max_ratio", dedicated.cost_per_success, serverless.cost_per_success, True),
     )
     error_percent = None if dedicated.error_rate is None else dedicated.error_rate * 100
-    absolutes = (  # (check, dedicated's figure, its ceiling)
-        ("ttft_p95_ms", dedicated.ttft_p95_ms, checks.ttft_p95_max_ms),
-        ("error_rate_percent", error_percent, checks.error_rate_max_percent),
+    absolutes = (  # (the CanaryChecks field, dedicated's figure)
+        ("ttft_p95_max_ms", dedicated.ttft_p95_ms),
+        ("error_rate_max_percent", error_percent),
     )
     results = [
-        _ratio(name, d, sl, limit, at_most=most) for name, d, sl, limit, most in ratios if limit is not None
+        _ratio(check_name(field), d, sl, limit, at_most=most)
+        for field, d, sl, most in ratios
+        if (limit := getattr(checks, field)) is not None
     ]
     no_streams = dedicated.ttft_p95_ms is None and serverless.ttft_p95_ms is None
     results += [
         _ceiling(name, value, limit, skip=name in LATENCY_CHECKS and no_streams)
-        for name, value, limit in absolutes
-        if limit is not None
+        for field, value in absolutes
+        if (limit := getattr(checks, field)) is not None
+        for name in (check_name(field),)
     ]
     return results
 

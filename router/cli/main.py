@@ -1,12 +1,9 @@
-"""The `tidegate` command: `serve` (the gateway for a config file), `demo` (the gateway in
-front of simulated upstreams), `sim` (one simulated upstream), `check-config`, `canary get |
-set` (a model's live canary percent), `stats` (the routes report, once or `--watch`), `keys`
-(client keys: create, rotate, list, revoke), `probe`, `parity` (the production suite against
-every endpoint of a model), `replay`, `trace synth` (traffic to replay and plan with), `plan`
-and `report` (costs, what-ifs, advice and traffic shape).
+"""tidegate: an OpenAI-compatible LLM gateway that fills reserved GPUs and spills bursts to
+serverless providers. Every command is described in docs/commands.md."""
 
-Each command lives in its own module of router/cli/, which adds its parser here. The simulator
-is imported only by the commands that start it."""
+# Each command lives in its own module of router/cli/ (`_COMMANDS`), which adds its parser here;
+# the parsers are the one declaration (tests/router/test_commands_listed.py holds docs/commands.md
+# and the README's table to them). The simulator is imported only by the commands that start it.
 
 from __future__ import annotations
 

@@ -166,22 +166,22 @@ class Dispatcher:
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         targets = decision.targets if batch_wait is None else batch_targets(config, decision.targets)
         facts = Facts(
-            path,
-            request,
-            config,
-            headers,
-            received_at,
-            snapshot,
-            key,
-            client,
-            asyncio.get_running_loop().time() + remaining_s,
-            decision.queue_ms,
-            request_id,
-            _task_id(headers) or request_id,
-            decision.admit_within,
-            request.prompt_tokens if predicted else 0,
-            mirrored(config, request, request_id, headers),
-            batch_wait,
+            path=path,
+            request=request,
+            config=config,
+            headers=headers,
+            received_at=received_at,
+            snapshot=snapshot,
+            stickiness_key=key,
+            client=client,
+            deadline=asyncio.get_running_loop().time() + remaining_s,
+            queue_ms=decision.queue_ms,
+            request_id=request_id,
+            task_id=_task_id(headers) or request_id,
+            admit_within=decision.admit_within,
+            prompt_tokens=request.prompt_tokens if predicted else 0,
+            mirrored=mirrored(config, request, request_id, headers),
+            batch_wait_s=batch_wait,
         )
         job = Job(facts, Walk(targets, decision.reason))
         self._attempt.body_for(job, targets[0])  # a body we cannot forward is the client's 400

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from router.canary.analysis import Side, Verdict, analyse
+from router.canary.analysis import LATENCY_CHECKS, Side, Verdict, analyse, check_name
 from router.canary.run import CanaryConflict, CanaryRun, admin_action, decide
 from router.config import CanaryChecks, CanaryControllerConfig, ConfigError, parse_config
 
@@ -172,3 +172,13 @@ def test_the_parity_check_holds_a_passing_analysis_only_when_enforced():
     assert with_parity(passing, [], tested=False, enforce=True) == passing  # no parity run: no check
     failed = analyse(Side(100, 5, 95, 100, 20, 1.0, 95), SERVERLESS, CanaryChecks(), 75)
     assert with_parity(failed, ["ded"], tested=True, enforce=True).verdict is Verdict.FAIL  # stays failed
+
+
+def test_every_canary_checks_field_is_one_check_named_after_it():
+    """The config's field names are the one declaration: a field the analysis ignored, or a
+    check with no field, fails here."""
+    every = CanaryChecks(**{field: 1.0 for field in CanaryChecks.model_fields})
+    names = sorted(c.name for c in analyse(HEALTHY, SERVERLESS, every, 75).checks)
+    assert names == sorted(check_name(field) for field in CanaryChecks.model_fields)
+    assert names == sorted(set(names))  # no two fields make one check
+    assert set(names) >= LATENCY_CHECKS
