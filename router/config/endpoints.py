@@ -16,25 +16,27 @@ from router.config.frozen import Frozen
 class TimeoutsConfig(Frozen):
     """Per-endpoint timeouts in seconds."""
 
-    connect_s: Annotated[float, Field(gt=0)] = 5.0
+    connect_s: Annotated[float, Field(gt=0)] = 5.0  # a TCP (and TLS) connect to the upstream
     ttft_s: Annotated[float, Field(gt=0)] = 60.0  # request sent -> first byte from upstream
     idle_s: Annotated[float, Field(gt=0)] = 60.0  # longest gap between two chunks
-    total_s: Annotated[float, Field(gt=0)] = 600.0
+    total_s: Annotated[float, Field(gt=0)] = 600.0  # the whole answer
 
 
 class EngineSignalConfig(Frozen):
     """Poll a dedicated endpoint's vLLM `/metrics` and spill before its queue builds."""
 
-    metrics_url: Annotated[str, Field(pattern=r"^https?://")]
+    metrics_url: Annotated[str, Field(pattern=r"^https?://")]  # the engine's Prometheus /metrics (vLLM)
     max_running: Annotated[int, Field(gt=0)] | None = None  # engine's max_num_seqs; None: max_concurrency
-    interval_s: Annotated[float, Field(gt=0)] = 1.0
-    stale_after_s: Annotated[float, Field(gt=0)] = 5.0
+    interval_s: Annotated[float, Field(gt=0)] = 1.0  # scrape period
+    stale_after_s: Annotated[float, Field(gt=0)] = 5.0  # an older sample is not trusted ...
+    # ... then decide by the leases alone, or spill
     on_stale: Literal["spill", "trust_leases"] = "trust_leases"
     waiting_on: Annotated[float, Field(ge=0)] = 1.0  # estimated waiting requests to start spilling
     waiting_off: Annotated[float, Field(ge=0)] = 0.0  # ... and to stop
     kv_cache_on: Annotated[float, Field(gt=0, le=1)] = 0.95  # KV cache usage fraction
+    # ... until KV cache usage is back at or under this
     kv_cache_off: Annotated[float, Field(gt=0, le=1)] = 0.85
-    dwell_s: Annotated[float, Field(ge=0)] = 2.0
+    dwell_s: Annotated[float, Field(ge=0)] = 2.0  # no change of verdict within this long of the last
 
     @model_validator(mode="after")
     def _off_below_on(self) -> EngineSignalConfig:
@@ -44,10 +46,12 @@ class EngineSignalConfig(Frozen):
 
 
 class EndpointConfig(Frozen):
+    # unique within the model; letters, digits, _.:-
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")]
+    # the API root the request paths are appended to (.../v1)
     base_url: Annotated[str, Field(pattern=r"^https?://")]
     model: Annotated[str, Field(min_length=1)]  # the upstream's id for this model
-    api_key: str = ""
+    api_key: str = ""  # sent as Authorization: Bearer (empty: none sent)
     organization: str = ""  # sent as OpenAI-Organization (a client's own is never forwarded)
     project: str = ""  # sent as OpenAI-Project
     timeouts: TimeoutsConfig = TimeoutsConfig()
@@ -93,10 +97,10 @@ class ScheduleEntry(Frozen):
     scale-to-zero, a bigger daytime pool or a weekday/weekend schedule (`tidegate plan
     --schedule` writes one)."""
 
-    start: str
-    end: str
-    replicas: Annotated[float, Field(ge=0)]
-    days: tuple[Weekday, ...] = ()
+    start: str  # HH:MM, UTC
+    end: str  # HH:MM, UTC; may cross midnight
+    replicas: Annotated[float, Field(ge=0)]  # the replica count priced while this window is in force
+    days: tuple[Weekday, ...] = ()  # the days it starts on (mon..sun); empty: every day
 
     def minutes_of_week(self) -> set[int]:
         """The minutes of the week (0: Monday 00:00 UTC) the window covers."""
@@ -144,6 +148,7 @@ class DedicatedEndpoint(EndpointConfig):
     # predicted-TTFT admission's prior for this pool, until its TTFTs are measured: TTFT =
     # overhead + prompt tokens waiting for prefill / rate (router/signals/prefill.py learns both)
     prefill_tokens_per_s: Annotated[float, Field(gt=0)] = 8000.0
+    # the fixed part of a predicted TTFT (the prior until TTFTs are measured)
     ttft_overhead_ms: Annotated[float, Field(ge=0)] = 50.0
 
     @model_validator(mode="after")
@@ -175,17 +180,21 @@ class KeepWarmConfig(Frozen):
     a ping that finds the route cold after an idle gap shrinks the interval to half that gap
     (not under `min_interval_s`)."""
 
-    interval_s: Annotated[float, Field(gt=0, le=3600)]
+    interval_s: Annotated[float, Field(gt=0, le=3600)]  # one `max_tokens: 1` request this often
     # always; dedicated_busy: only while the model's dedicated slots in use are at least
     # `busy_above` of its slots (a spill is plausible); schedule: in the UTC hours of the day in
     # which the model spilled at least `schedule_min_spills` a day over the last `schedule_days`
     when: Literal["always", "dedicated_busy", "schedule"] = "always"
+    # `dedicated_busy`: ping only while this share of the slots is in use
     busy_above: Annotated[float, Field(gt=0, le=1)] = 0.6
+    # `schedule`: the days of spills it learns the hours from
     schedule_days: Annotated[int, Field(ge=1, le=30)] = 1
+    # `schedule`: an hour with at least this many spills a day is kept warm
     schedule_min_spills: Annotated[float, Field(gt=0)] = 1.0
     max_usd_per_day: Annotated[float, Field(ge=0)] = 1.0  # the pings stop for the UTC day past it
     prompt_tokens: Annotated[int, Field(ge=1, le=1000)] = 8  # priced as this many input tokens
     learn: bool = False  # shrink interval_s on cold-start evidence
+    # `learn`: the interval is never shortened under this
     min_interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
     # a ping slower than this found the route cold; none: 4 x the median of its last 20 pings
     # (at least 1 s)
@@ -200,7 +209,7 @@ class KeepWarmConfig(Frozen):
 
 class ServerlessEndpoint(EndpointConfig):
     usd_per_mtok_in: Annotated[float, Field(ge=0)]  # required (PRICE_FIELDS)
-    usd_per_mtok_out: Annotated[float, Field(ge=0)]
+    usd_per_mtok_out: Annotated[float, Field(ge=0)]  # required: the price of a million output tokens
     keep_warm: KeepWarmConfig | None = None
 
     @property

@@ -32,14 +32,14 @@ class ConfigError(Exception):
 class GatewayConfig(Frozen):
     # a time-lapse for replays: the time constants were divided by this (router/offline/timelapse.py)
     time_scale: Annotated[float, Field(ge=1, le=1000)] = 1.0
-    listen: ListenConfig = ListenConfig()
+    listen: ListenConfig = ListenConfig()  # where `serve` listens
     server: ServerConfig = ServerConfig()
     tasks: TasksConfig = TasksConfig()
-    state: StateConfig = StateConfig()
+    state: StateConfig = StateConfig()  # the state store: in-memory (one process) or Redis (every replica)
     # validated like a written one: a config with no `auth` at all refuses to start, too
     auth: AuthConfig = Field(default_factory=dict, validate_default=True)
     limits: LimitsConfig = LimitsConfig()
-    models: Mapping[str, ModelConfig]
+    models: Mapping[str, ModelConfig]  # the models clients name, each with its routes (at least one model)
 
     @field_validator("models")
     @classmethod

@@ -24,9 +24,10 @@ class SloConfig(Frozen):
     # predicted-TTFT admission admits to dedicated while the prediction fits this (ms);
     # None: the SLO's p95 target
     ttft_budget_ms: Annotated[float, Field(gt=0)] | None = None
+    # back on the route once its p95 TTFT is at or under this x the SLO
     recover_ratio: Annotated[float, Field(gt=0, le=1)] = 0.8
-    min_samples: Annotated[int, Field(ge=1)] = 20
-    dwell_s: Annotated[float, Field(ge=0)] = 10.0
+    min_samples: Annotated[int, Field(ge=1)] = 20  # fewer samples in the window: no verdict
+    dwell_s: Annotated[float, Field(ge=0)] = 10.0  # no change of verdict within this long of the last
 
     @property
     def admission_budget_ms(self) -> float | None:
@@ -48,13 +49,16 @@ class BatchConfig(Frozen):
     as `canary_out`) or not (`dedicated`, the default: batch never pays serverless prices for
     being outside the canary)."""
 
+    # a batch request waits this long for a slot (or x-tidegate-deadline-ms)
     max_wait_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
-    reserve_slots: Annotated[int, Field(ge=0)] = 1
-    on_timeout: Literal["reject", "spill"] = "reject"
+    reserve_slots: Annotated[int, Field(ge=0)] = 1  # never takes a pool's last slots: interactive's
+    on_timeout: Literal["reject", "spill"] = "reject"  # then: 503 with Retry-After, or spill to serverless
+    # outside the canary: still dedicated, or follow the gate (canary_out)
     canary: Literal["dedicated", "follow"] = "dedicated"
 
 
 class RoutingConfig(Frozen):
+    # the spill order: as listed, or `fastest` by live p95 TTFT
     serverless: ServerlessOrder = ServerlessOrder.CONFIGURED
     min_samples: Annotated[int, Field(ge=1)] = 20  # before `fastest` trusts a route's figures
     explore_percent: Annotated[float, Field(ge=0, le=100)] = 5.0  # keys sent to unmeasured routes
@@ -67,10 +71,12 @@ class RetryConfig(Frozen):
     """Attempts after the first are retries; within `budget_window_s` a process makes at most
     `budget_percent` of the model's requests in retries (and always allows `min_retries`)."""
 
-    attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    attempts: Annotated[int, Field(ge=1, le=10)] = 3  # tries per request in all, across endpoints
+    # the first retry waits this long, doubling (with jitter)
     backoff_ms: Annotated[float, Field(ge=0)] = 100.0
+    # retries at most this share of the requests over the budget window
     budget_percent: Annotated[float, Field(ge=0, le=100)] = 20.0
-    budget_window_s: Annotated[float, Field(gt=0)] = 10.0
+    budget_window_s: Annotated[float, Field(gt=0)] = 10.0  # the retry budget counts over this window
     min_retries: Annotated[int, Field(ge=0)] = 3  # per window, so a quiet model can still retry
 
 
@@ -81,12 +87,12 @@ class BreakerConfig(Frozen):
     trial up to `max_cooldown_s`; after it the next requests are trials of the endpoint and a success
     closes it. Shared through the state store."""
 
-    consecutive_failures: Annotated[int, Field(ge=1)] = 5
-    error_rate_percent: Annotated[float, Field(gt=0, le=100)] = 50.0
-    min_requests: Annotated[int, Field(ge=1)] = 20
-    window_s: Annotated[float, Field(gt=0)] = 10.0
-    cooldown_s: Annotated[float, Field(gt=0)] = 5.0
-    max_cooldown_s: Annotated[float, Field(gt=0)] = 60.0
+    consecutive_failures: Annotated[int, Field(ge=1)] = 5  # open after this many failed attempts in a row ...
+    error_rate_percent: Annotated[float, Field(gt=0, le=100)] = 50.0  # ... or this share failed ...
+    min_requests: Annotated[int, Field(ge=1)] = 20  # ... of at least this many attempts ...
+    window_s: Annotated[float, Field(gt=0)] = 10.0  # ... within this window
+    cooldown_s: Annotated[float, Field(gt=0)] = 5.0  # skipped this long, doubled per failed probe ...
+    max_cooldown_s: Annotated[float, Field(gt=0)] = 60.0  # ... up to this
 
 
 class SuccessConfig(Frozen):
@@ -108,8 +114,11 @@ class CanaryChecks(Frozen):
     figure on either side (the TTFT and ITL ones when no request streamed) is skipped, as long
     as one latency check has figures on both (router/canary/analysis.py)."""
 
+    # dedicated's p95 TTFT over serverless's, at most (streams)
     ttft_p95_max_ratio: Annotated[float, Field(gt=0)] | None = 1.2
+    # dedicated's p95 TTFT in ms, at most (streams)
     ttft_p95_max_ms: Annotated[float, Field(gt=0)] | None = None
+    # dedicated's median inter-token latency over serverless's, at most (streams)
     itl_p50_max_ratio: Annotated[float, Field(gt=0)] | None = 1.5
     # every answer's e2e per output token: the latency check non-streaming traffic can pass
     e2e_per_token_p95_max_ratio: Annotated[float, Field(gt=0)] | None = 1.2
@@ -122,16 +131,18 @@ class CanaryControllerConfig(Frozen):
     """Move the model's canary percent step by step while dedicated holds up against
     serverless (router/canary/controller.py)."""
 
+    # the percents a run walks (or step_percent)
     steps: tuple[Annotated[float, Field(gt=0, le=100)], ...] = ()
     step_percent: Annotated[float, Field(gt=0, le=100)] | None = None  # instead of steps: +this ...
     max_percent: Annotated[float, Field(gt=0, le=100)] = 100.0  # ... up to this
-    interval_s: Annotated[float, Field(gt=0)] = 300.0
+    interval_s: Annotated[float, Field(gt=0)] = 300.0  # one analysis per interval
     min_samples: Annotated[int, Field(ge=1)] = 75  # requests per side and interval; fewer: hold
     # no caller (API key) weighs more than this share of a side's success and error rates
     max_caller_share: Annotated[float, Field(gt=0, le=1)] = 0.5
     min_callers: Annotated[int, Field(ge=1)] = 3  # fewer: the verdict says it rests on few callers
     checks: CanaryChecks = CanaryChecks()
     failure_threshold: Annotated[int, Field(ge=1)] = 2  # failed analyses in a row before on_failure
+    # failure_threshold failures in a row: back to 0%, or pause
     on_failure: Literal["rollback", "hold"] = "rollback"
     start: Literal["manual", "auto"] = "manual"  # auto: start a run when the gateway starts (if idle)
 
@@ -165,9 +176,11 @@ class HedgeConfig(Frozen):
     stall after a quiet spell is hedged too); non-stream requests never hedge (their first
     byte is the whole answer). See router/request/hedge.py."""
 
+    # a dedicated first token slower than this is raced by serverless
     after_ms: Annotated[float, Field(gt=0, le=600_000)]
+    # of the requests over the window, at most this share hedged
     max_percent: Annotated[float, Field(gt=0, le=100)] = 5.0
-    window_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    window_s: Annotated[float, Field(gt=0, le=3600)] = 60.0  # the hedge budget counts over this window
     min_hedges: Annotated[int, Field(ge=0, le=1000)] = 1  # per window, whatever the share
 
 
@@ -177,16 +190,16 @@ class ParityConfig(Frozen):
     controller holds (never steps up) while a dedicated endpoint's last verdict diverges.
     Without it the verdicts are only shown."""
 
-    enforce: bool = False
+    enforce: bool = False  # true: a diverging serverless endpoint leaves the spill order, the canary holds
 
 
 class AgreeRules(Frozen):
     """How a shadow answer must agree with the live one (router/record/agreement.py)."""
 
-    exact: bool = False
-    json_keys: bool = False
-    json_values: tuple[Annotated[str, Field(min_length=1)], ...] = ()
-    tool_name: bool = False
+    exact: bool = False  # the answers are the same text
+    json_keys: bool = False  # the JSON answers have the same keys
+    json_values: tuple[Annotated[str, Field(min_length=1)], ...] = ()  # these JSON paths have the same values
+    tool_name: bool = False  # the same tool is called
     label: str | None = None  # a regular expression: the same first match in both
 
     @model_validator(mode="after")
@@ -224,16 +237,16 @@ class ShadowConfig(Frozen):
     it. `endpoint` names one of the model's endpoints; `candidate` is one that takes no live
     traffic (a provider being evaluated). Give exactly one."""
 
-    endpoint: str | None = None
-    candidate: ServerlessEndpoint | None = None
-    percent: Annotated[float, Field(gt=0, le=100)] = 1.0
+    endpoint: str | None = None  # one of the model's endpoints to mirror to ...
+    candidate: ServerlessEndpoint | None = None  # ... or a provider being evaluated (takes no live traffic)
+    percent: Annotated[float, Field(gt=0, le=100)] = 1.0  # of live requests mirrored
     max_usd_per_day: Annotated[float, Field(ge=0)] = 5.0  # counted in the store, across replicas
     max_in_flight: Annotated[int, Field(ge=1, le=1000)] = 4  # per replica; more are dropped
     max_prompt_tokens: Annotated[int, Field(ge=1)] = 8000  # larger requests (estimated) are not mirrored
     # a dedicated shadow takes a slot only while at least this share of its pool is free
     min_free_percent: Annotated[float, Field(ge=0, le=100)] = 50.0
-    timeout_s: Annotated[float, Field(gt=0, le=600)] = 60.0
-    compare: ShadowCompare = ShadowCompare()
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 60.0  # a shadow request is given up after this
+    compare: ShadowCompare = ShadowCompare()  # when a shadow answer agrees with the live one
 
     @model_validator(mode="after")
     def _one_target(self) -> ShadowConfig:
@@ -250,10 +263,12 @@ class ShadowConfig(Frozen):
 
 class ModelConfig(Frozen):
     policy: str = "dedicated_first"  # a name from policies.registry
+    # share of stickiness keys eligible for dedicated
     canary_percent: Annotated[float, Field(ge=0, le=100)] = 100.0
+    # the `model` an answer names: the client's, or the upstream's
     response_model: ResponseModel = ResponseModel.REQUESTED
     slo: SloConfig = SloConfig()
-    routing: RoutingConfig = RoutingConfig()
+    routing: RoutingConfig = RoutingConfig()  # the spill order, queueing, admission and batch priority
     breaker: BreakerConfig = BreakerConfig()
     retry: RetryConfig = RetryConfig()
     success: SuccessConfig = SuccessConfig()
@@ -261,7 +276,7 @@ class ModelConfig(Frozen):
     hedge: HedgeConfig | None = None  # none: a slow first token is waited for, never hedged
     parity: ParityConfig = ParityConfig()
     shadow: ShadowConfig | None = None  # none: no live request is mirrored
-    dedicated: tuple[DedicatedEndpoint, ...] = ()
+    dedicated: tuple[DedicatedEndpoint, ...] = ()  # dedicated endpoints, tried first
     serverless: tuple[ServerlessEndpoint, ...] = ()  # in preference order
 
     @model_validator(mode="after")

@@ -13,7 +13,8 @@ from router.config.tenants import KeyConfig
 
 
 class ListenConfig(Frozen):
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # the address to listen on (`serve --host` overrides)
+    # the port (`serve --port` overrides; 0: any free port)
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
 
 
@@ -23,6 +24,7 @@ class ServerConfig(Frozen):
     address is the socket's). `metrics_listen`: serve `/metrics` (every tenant's name, team and
     spend) on a listener of its own, and not on the client port; none: on the client port."""
 
+    # proxies (IPs, CIDRs or "*") whose X-Forwarded-For is believed; empty: nobody's
     forwarded_allow_ips: tuple[str, ...] = ()
     metrics_listen: ListenConfig | None = None
 
@@ -62,7 +64,7 @@ class AuthConfig(Frozen):
 
     api_keys: tuple[str, ...] = ()  # empty strings are dropped; each an interactive key without a name
     keys: tuple[KeyConfig, ...] = ()  # named keys: tenants with limits and budgets (docs/tenants.md)
-    allow_anonymous: bool = False
+    allow_anonymous: bool = False  # true: serve without client keys (said explicitly; refused beside keys)
     admin_key: str = ""  # empty: the admin API answers 403
 
     @field_validator("api_keys")
@@ -107,6 +109,7 @@ class LimitsConfig(Frozen):
     # after a refusal (or an answer before the body ended), the rest of the body is read and
     # dropped for at most this long and this many bytes, then the connection closes
     discard_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+    # a refused body is read and dropped up to this much, then the connection closes
     max_discard_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
     max_output_tokens: Annotated[int, Field(gt=0)] = 1 << 20  # a larger max_tokens is refused (400)
     # a request without a token limit reserves this many output tokens against its key's tpm
@@ -157,9 +160,12 @@ class TasksConfig(Frozen):
     long for feedback (`POST /v1/feedback`), at most `max_tracked` per process (memory store;
     Redis keeps them by TTL alone)."""
 
+    # a task takes feedback this long after its last request
     ttl_s: Annotated[float, Field(ge=60, le=7 * 86400)] = 3600.0
+    # the memory store tracks at most this many tasks (oldest dropped; Redis keeps them by TTL)
     max_tracked: Annotated[int, Field(ge=1000)] = 200_000
     # failure feedback on a request or task not settled yet is kept this long, at most this
     # many per key (past that: 429); it never displaces a tracked task
     early_feedback_s: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    # early feedback kept per key at most (more: 429)
     max_early_feedback: Annotated[int, Field(ge=1, le=100_000)] = 100

@@ -27,17 +27,18 @@ class KeyConfig(Frozen):
     """One client key. The secret is `key` (from a `${ENV}` reference: the loader refuses a
     plain-text one) or `key_sha256` (its SHA-256 digest, hex): never the secret in the file."""
 
-    name: Annotated[str, Field(pattern=NAME)]
-    team: Annotated[str, Field(pattern=NAME)] = "default"
-    key: str = ""
-    key_sha256: str = ""
+    name: Annotated[str, Field(pattern=NAME)]  # the caller's name in records, tasks and reports
+    team: Annotated[str, Field(pattern=NAME)] = "default"  # spend and successes are reported per team
+    key: str = ""  # a ${VAR} reference to the secret (never the secret itself)
+    key_sha256: str = ""  # or the secret's hex SHA-256
+    # batch: waits for idle dedicated slots, never spills (docs/tenants.md)
     priority: Priority = Priority.INTERACTIVE
     models: Annotated[tuple[str, ...], Field(min_length=1)] | None = None  # none: every model; [] is refused
     rpm: Annotated[int, Field(ge=1)] | None = None  # requests per minute, across every replica
     tpm: Annotated[int, Field(ge=1)] | None = None  # tokens (prompt + answer) per minute
     max_usd_per_day: Annotated[float, Field(ge=0)] | None = None  # UTC day
     max_usd_per_month: Annotated[float, Field(ge=0)] | None = None  # UTC calendar month
-    expires_at: datetime | None = None
+    expires_at: datetime | None = None  # after this the key is refused (401)
 
     @field_validator("key_sha256")
     @classmethod
