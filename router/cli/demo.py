@@ -101,11 +101,14 @@ def _python() -> str:
 def canary_volume(canary: CanaryControllerConfig) -> str:
     """What traffic a canary run needs to move at all, said where a user first meets it."""
     first = canary.plan()[0]
-    rate = canary.min_samples / (min(first, 100 - first) / 100) / canary.interval_s if first < 100 else 0
+    needed = f"{canary.min_samples} requests per side per {canary.interval_s:g} s analysis (fewer: it holds)"
+    if first >= 100:  # no serverless side to compare with at the first step
+        return f"It steps on {needed}."
+    rate = canary.min_samples / (min(first, 100 - first) / 100) / canary.interval_s
     return (
-        f"It steps up on {canary.min_samples} requests per side per {canary.interval_s:g} s analysis "
-        f"(fewer: it holds): about {rate:.1f}\nrequests/s at {first:g}%, streamed or not. The percent is "
-        "a share of `user` values (else\nx-tidegate-session, else each request), not of requests."
+        f"It steps up on {needed}: about {rate:.1f}\nrequests/s at {first:g}%, streamed or not. "
+        "The percent is a share of `user` values (else\nx-tidegate-session, else each request), "
+        "not of requests."
     )
 
 

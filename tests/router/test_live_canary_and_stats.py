@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from rich.console import Console
 
 from router.cli.canary import render_plan, render_status
@@ -105,3 +106,14 @@ async def test_a_report_bills_dedicated_only_since_the_gateway_started():
     ded = report["models"]["m"]["economics"]["routes"]["ded"]
     assert age_s * 0.99 <= ded["cost_usd"] <= age_after_s + 1  # ~ its age in seconds at $1/s
     assert ded["replica_hours"] * 3600 <= age_after_s + 1
+
+
+@pytest.mark.parametrize(("steps", "rate"), [((25, 50, 100), "about 2.0"), ((90, 100), "about 5.0")])
+def test_the_demo_banner_says_what_traffic_a_canary_run_needs(steps, rate):
+    from router.cli.demo import canary_volume  # noqa: PLC0415
+    from router.config import CanaryControllerConfig  # noqa: PLC0415
+
+    said = canary_volume(CanaryControllerConfig(steps=steps, interval_s=20, min_samples=10))
+    assert rate in said and "10 requests per side per 20 s" in said  # the smaller side decides
+    assert "share of `user` values" in said
+    assert "about" not in canary_volume(CanaryControllerConfig(steps=(100,), interval_s=20, min_samples=10))
