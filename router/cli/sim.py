@@ -71,6 +71,11 @@ _OPTIONS = (
     ),
     option("--kv-capacity-tokens", type=float, help="dedicated: the KV cache in tokens (default: unbounded)"),
     option(
+        "--prefix-cache-tokens",
+        type=int,
+        help="dedicated: a prefix cache of this many tokens (default: none)",
+    ),
+    option(
         "--preset",
         choices=sorted(SERVERLESS_PRESETS),
         default="deepseek-a",
@@ -168,6 +173,8 @@ def sim_profile(args: argparse.Namespace) -> SimProfile:
     )
     if not 0 <= args.persona_share <= 1:
         raise ValueError("--persona-share must be from 0 to 1")
+    if args.prefix_cache_tokens is not None and args.prefix_cache_tokens < 0:
+        raise ValueError("--prefix-cache-tokens must be 0 or more")
     if args.calibration is not None:
         profile = _calibrated(profile, args.calibration)
     given = {
@@ -179,6 +186,7 @@ def sim_profile(args: argparse.Namespace) -> SimProfile:
         "overhead_s": _seconds(args.overhead_ms),
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "kv_capacity_tokens": args.kv_capacity_tokens,
+        "prefix_cache_tokens": args.prefix_cache_tokens,
         "serverless_itl_s": _seconds(args.serverless_itl_ms),
         "idle_to_cold_s": args.idle_to_cold_s,
     }

@@ -88,16 +88,17 @@ def _generation(state: SimState, kind: str) -> Any:
             profile = replace(profile, default_output_tokens=wanted_out, answer_tokens_p50=None)
         choices = answers.plan(payload, profile, state.engine.rng)
         choices = persona.apply(profile.persona, profile.persona_share, profile.seed, payload, choices)
-        n_in = _header_tokens(request, "x-sim-prompt-tokens") or _input_tokens(payload)
+        prompt = _prompt_bytes(payload)
+        n_in = _header_tokens(request, "x-sim-prompt-tokens") or max(1, len(prompt) // 4)
         n_out = sum(c.tokens for c in choices)
         logprobs = _logprobs(payload, kind)
         if payload.get("stream") is True:
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
             writer = bodies.StreamWriter(kind, model, choices, include_usage, logprobs)
-            events = _stream(state, writer, n_in, n_out)
+            events = _stream(state, writer, n_in, n_out, prompt)
             return StreamingResponse(events, media_type="text/event-stream")
         steps = max(max(len(c.pieces), 1) for c in choices)
-        if await unless_client_leaves(request.receive, _generate(state, n_in, steps)) is None:
+        if await unless_client_leaves(request.receive, _generate(state, n_in, steps, prompt)) is None:
             return Response(status_code=499)  # the client left: like vLLM, abort the sequence
         use = bodies.usage(kind, n_in, n_out)
         _count_usage(state, n_in, n_out)
@@ -117,8 +118,8 @@ def _logprobs(payload: dict[str, Any], kind: str) -> int | None:
     return value if kind == "text" and isinstance(value, int) and not isinstance(value, bool) else None
 
 
-async def _generate(state: SimState, n_in: int, steps: int) -> bool:
-    async with state.engine.sequence(n_in) as seq:
+async def _generate(state: SimState, n_in: int, steps: int, prompt: bytes = b"") -> bool:
+    async with state.engine.sequence(n_in, prompt) as seq:
         await seq.first_token()
         per_write = max(1, state.profile.tokens_per_write)
         for start in range(1, steps, per_write):
@@ -127,12 +128,12 @@ async def _generate(state: SimState, n_in: int, steps: int) -> bool:
 
 
 async def _stream(
-    state: SimState, writer: bodies.StreamWriter, n_in: int, n_out: int
+    state: SimState, writer: bodies.StreamWriter, n_in: int, n_out: int, prompt: bytes = b""
 ) -> AsyncIterator[bytes]:
     steps = writer.steps
     cut_at = steps // 2 if state.engine.rng.random() < state.profile.faults.cut_rate else -1
     per_write = max(1, state.profile.tokens_per_write)
-    async with state.engine.sequence(n_in) as seq:
+    async with state.engine.sequence(n_in, prompt) as seq:
         await seq.first_token()
         yield writer.opening() + writer.step(0)
         for start in range(1, steps, per_write):
@@ -246,8 +247,12 @@ def _header_tokens(request: Request, name: str) -> int | None:
 
 
 def _input_tokens(payload: dict[str, Any]) -> int:
-    content = payload.get("messages", payload.get("prompt", payload.get("input", "")))
-    return max(1, len(orjson.dumps(content)) // 4)
+    return max(1, len(_prompt_bytes(payload)) // 4)
+
+
+def _prompt_bytes(payload: dict[str, Any]) -> bytes:
+    """The prompt as the simulator counts and caches it: its messages (or prompt, or input) as JSON."""
+    return orjson.dumps(payload.get("messages", payload.get("prompt", payload.get("input", ""))))
 
 
 def _models(state: SimState) -> Any:
@@ -274,6 +279,8 @@ def _stats(state: SimState) -> Any:
             "completed": c.completed,
             "cancelled": c.cancelled,
             "cold_starts": c.cold_starts,
+            "prefill_tokens": c.prefill_tokens,  # computed by the dedicated replica
+            "prefix_hit_tokens": c.prefix_hit_tokens,  # skipped: found in its prefix cache
             "faults": c.faults,
             "usage_prompt_tokens": c.usage_prompt_tokens,
             "usage_completion_tokens": c.usage_completion_tokens,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from router.engine.replica import Replica
 from router.engine.spec import EngineSpec
 from router.offline.calibration import ColdLoad
+from router.sim.prefix_cache import PrefixCache
 from router.sim.profile import Kind, SimProfile
 
 
@@ -38,6 +39,8 @@ class Counters:
     max_in_flight: int = 0
     completed: int = 0
     completed_prompt_tokens: int = 0  # vLLM's request_prompt_tokens histogram: sum (count: completed)
+    prefill_tokens: int = 0  # prompt tokens the dedicated replica computed (prefix-cache hits skip theirs)
+    prefix_hit_tokens: int = 0  # prompt tokens found in the prefix cache
     cancelled: int = 0
     cold_starts: int = 0
     faults: dict[str, int] = field(default_factory=dict)
@@ -88,6 +91,8 @@ class Engine:
         self._replica = Replica(engine_spec(p))
         self._spec_of: SimProfile = p
         self._admitted: dict[int, float] = {}  # key -> when it was handed over
+        self._prefixes = PrefixCache(p.prefix_cache_tokens, p.prefix_block_tokens)
+        self._prefixes_size = p.prefix_cache_tokens
         self._running: set[int] = set()
         self._firsts: set[int] = set()
         self._waiters: dict[int, asyncio.Future[None]] = {}
@@ -101,7 +106,7 @@ class Engine:
         return self._rng
 
     @asynccontextmanager
-    async def sequence(self, input_tokens: int) -> AsyncIterator[EngineSequence]:
+    async def sequence(self, input_tokens: int, prompt: bytes = b"") -> AsyncIterator[EngineSequence]:
         c, p = self.counters, self._profile()
         key = next(self._keys)
         queued_at = time.monotonic()
@@ -115,7 +120,10 @@ class Engine:
             c.queued += 1
             c.max_in_flight = max(c.max_in_flight, c.in_flight)
             self._admitted[key] = queued_at
-            self._call(lambda now: self._replica.submit(now, key, max(1, input_tokens)))
+            cached = self._prefix_cache(p).cached_tokens(prompt, max(1, input_tokens))
+            c.prefix_hit_tokens += cached
+            c.prefill_tokens += max(1, input_tokens) - cached
+            self._call(lambda now: self._replica.submit(now, key, max(1, input_tokens), cached_tokens=cached))
         try:
             yield EngineSequence(self, key, input_tokens, queued_at)
             c.completed += 1
@@ -125,6 +133,14 @@ class Engine:
             raise
         finally:
             self._release(key)
+
+    def _prefix_cache(self, p: SimProfile) -> PrefixCache:
+        """The replica's prefix cache, made anew (empty) when PUT /sim/config resizes it."""
+        wanted = (p.prefix_cache_tokens, p.prefix_block_tokens)
+        if (self._prefixes_size, self._prefixes.block_tokens) != wanted:
+            self._prefixes = PrefixCache(*wanted)
+            self._prefixes_size = p.prefix_cache_tokens
+        return self._prefixes
 
     def count_request(self) -> None:
         self.counters.requests += 1

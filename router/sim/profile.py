@@ -75,6 +75,9 @@ class SimProfile:
     overhead_s: float = 0.0  # fixed time to first token on top of the prefill (scheduling, sampling)
     max_num_batched_tokens: int = 8192  # tokens one step carries, prompt chunks included (vLLM V1)
     kv_capacity_tokens: float = float("inf")  # the KV cache in tokens (a sequence holds prompt + output)
+    # the replica's prefix cache (router/sim/prefix_cache.py): 0 keeps none; a hit skips its prefill
+    prefix_cache_tokens: int = 0
+    prefix_block_tokens: int = 16  # vLLM's block size
     # serverless
     ttft: TtftDistribution = field(default_factory=TtftDistribution)
     serverless_itl_s: float = 0.015
