@@ -38,7 +38,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from router.config import ConfigError, GatewayConfig, load_config
-from router.offline.replay import Arrival, Pricing, load, scale_rate, summary, window
+from router.offline.replay import (
+    MOONCAKE_BLOCK_TOKENS,
+    Arrival,
+    BlockArrival,
+    Pricing,
+    load,
+    scale_rate,
+    summary,
+    window,
+)
 from router.offline.timelapse import scale_config
 from router.openai import BYTES_PER_TOKEN
 
@@ -48,12 +57,28 @@ LAG_P99_MS = 50.0  # a sender later than this at p99 did not keep up
 _BODY_BYTES = 120  # a replayed request's JSON around its prompt
 
 
-def prompt(index: int, tokens: int) -> str:
+def prompt(index: int, tokens: int, blocks: tuple[int, ...] = ()) -> str:
     """A prompt whose body is about `tokens` tokens long by the gateway's estimate (router/
     openai.py: bytes / 4), so predicted-TTFT admission sees the trace's prompt sizes; the
-    simulator takes the exact count from `x-sim-prompt-tokens`."""
+    simulator takes the exact count from `x-sim-prompt-tokens`. With a Mooncake row's `blocks`
+    the prompt is those blocks' texts in order (the same id, the same text), so rows sharing a
+    prefix of ids share a prompt prefix for a prefix cache to find."""
+    size = max(0, BYTES_PER_TOKEN * tokens - _BODY_BYTES)
+    if blocks:
+        return "".join(_block_text(h) for h in blocks)[:size]
     head = f"replayed row {index} "
-    return head + "x" * max(0, BYTES_PER_TOKEN * tokens - _BODY_BYTES - len(head))
+    return head + "x" * max(0, size - len(head))
+
+
+def _block_text(block: int) -> str:
+    """The text of one of the trace's 512-token blocks: its id, repeated to its length."""
+    size = MOONCAKE_BLOCK_TOKENS * BYTES_PER_TOKEN
+    word = f"<block {block}> "
+    return (word * (size // len(word) + 1))[:size]
+
+
+def _blocks(row: Arrival) -> tuple[int, ...]:
+    return row.blocks if isinstance(row, BlockArrival) else ()
 
 
 async def send(
@@ -62,7 +87,7 @@ async def send(
     body = orjson.dumps(
         {
             "model": model,
-            "messages": [{"role": "user", "content": prompt(index, row.input_tokens)}],
+            "messages": [{"role": "user", "content": prompt(index, row.input_tokens, _blocks(row))}],
             "stream": True,
             "stream_options": {"include_usage": True},
         }

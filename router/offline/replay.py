@@ -41,6 +41,18 @@ class Arrival:
     output_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class BlockArrival(Arrival):
+    """A Mooncake row: its prompt's blocks of MOONCAKE_BLOCK_TOKENS by hash id, so two rows that
+    share leading ids share a prompt prefix (a subclass: Azure rows stay as small as they were)."""
+
+    blocks: tuple[int, ...] = ()
+
+
+MOONCAKE_BLOCK_TOKENS = 512  # the trace's hash_ids each name this many prompt tokens
+MOONCAKE_TICK_S = 3.0  # its timestamps are quantised to ticks this long
+
+
 def detect(path: Path) -> str:
     """The trace format from its first line."""
     with path.open(encoding="utf-8") as f:
@@ -83,9 +95,7 @@ def load(path: Path, fmt: str | None = None) -> list[Arrival]:
         with path.open(encoding="utf-8", newline="") as f:
             rows = list(_azure_rows(f))
     elif fmt == "mooncake":
-        for line in path.read_bytes().splitlines():
-            found = orjson.loads(line)
-            rows.append((found["timestamp"] / 1000, int(found["input_length"]), int(found["output_length"])))
+        return _mooncake(path)
     elif fmt == "access-log":
         for line in path.read_bytes().splitlines():
             found = _access_line(line)
@@ -99,6 +109,41 @@ def load(path: Path, fmt: str | None = None) -> list[Arrival]:
         rows.sort()
     first = rows[0][0]
     return [Arrival(at - first, max(1, n_in), max(1, n_out)) for at, n_in, n_out in rows]
+
+
+def _mooncake(path: Path) -> list[Arrival]:
+    """A Mooncake JSONL's rows with their block ids. The timestamps are quantised (several rows
+    share one tick): the rows of a tick are spread evenly over it, in file order, so a replay
+    does not send them as one burst the real traffic never was."""
+    rows = []
+    for order, line in enumerate(path.read_bytes().splitlines()):
+        found = orjson.loads(line)
+        blocks = tuple(int(h) for h in found.get("hash_ids") or ())
+        rows.append(
+            (
+                found["timestamp"] / 1000,
+                order,
+                int(found["input_length"]),
+                int(found["output_length"]),
+                blocks,
+            )
+        )
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    rows.sort()
+    first, i = rows[0][0], 0
+    out: list[Arrival] = []
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j][0] == rows[i][0]:
+            j += 1
+        gap = (rows[j][0] - rows[i][0]) if j < len(rows) else MOONCAKE_TICK_S
+        step = min(gap, MOONCAKE_TICK_S) / (j - i)
+        for k in range(i, j):
+            at, _, n_in, n_out, blocks = rows[k]
+            out.append(BlockArrival(at - first + (k - i) * step, max(1, n_in), max(1, n_out), blocks))
+        i = j
+    return out
 
 
 def _azure_rows(lines: Iterable[str]) -> Iterator[tuple[float, int, int]]:
@@ -147,9 +192,14 @@ def window(arrivals: Sequence[Arrival], start_min: float, minutes: float | None)
     end = math.inf if minutes is None else begin + minutes * 60
     if begin == 0 and end == math.inf:
         return list(arrivals)  # the whole trace: no copy of every row
-    return [
-        Arrival(a.at_s - begin, a.input_tokens, a.output_tokens) for a in arrivals if begin <= a.at_s < end
-    ]
+    return [_at(a, a.at_s - begin) for a in arrivals if begin <= a.at_s < end]
+
+
+def _at(a: Arrival, at_s: float) -> Arrival:
+    """`a` re-timed, its blocks kept."""
+    if isinstance(a, BlockArrival):
+        return BlockArrival(at_s, a.input_tokens, a.output_tokens, a.blocks)
+    return Arrival(at_s, a.input_tokens, a.output_tokens)
 
 
 def scale_rate(
@@ -170,7 +220,7 @@ def scale_rate(
         copies = whole + (1 if rng.random() < fraction else 0)
         for copy in range(copies):
             shift = 0.0 if copy == 0 else rng.uniform(0, jitter_s)
-            out.append(Arrival(a.at_s + shift, a.input_tokens, a.output_tokens))
+            out.append(_at(a, a.at_s + shift))
     return sorted(out, key=lambda a: a.at_s)
 
 

@@ -10,7 +10,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.offline.replay import Arrival, load, per_minute, scale_rate, summary, window
+from router.offline.replay import (
+    MOONCAKE_BLOCK_TOKENS,
+    Arrival,
+    BlockArrival,
+    load,
+    per_minute,
+    scale_rate,
+    summary,
+    window,
+)
 
 # The first 20 minutes of the public Azure LLM inference traces (2023), kept in the repository
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -51,7 +60,7 @@ def test_mooncake_and_access_log_rows(tmp_path):
         '{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0]}\n'
         '{"timestamp": 1500, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n'
     )
-    assert load(mooncake) == [Arrival(0.0, 6758, 500), Arrival(1.5, 10, 5)]
+    assert load(mooncake) == [BlockArrival(0.0, 6758, 500, (0,)), BlockArrival(1.5, 10, 5, (1,))]
     log = tmp_path / "access.log"
     line = {"model": "m", "e2e_ms": 500.0, "at": 1000.5, "measures": {"input_tokens": 12, "output_tokens": 3}}
     later = line | {"at": 1003.0, "e2e_ms": 0.0}
@@ -61,6 +70,33 @@ def test_mooncake_and_access_log_rows(tmp_path):
         bad = tmp_path / "bad.txt"
         bad.write_text("hello\n")
         load(bad)
+
+
+def test_mooncake_rows_of_one_tick_are_spread_over_it_and_keep_their_blocks(tmp_path):
+    mooncake = tmp_path / "m.jsonl"
+    rows = [(0, [0, 1, 2]), (0, [0, 1, 3]), (0, [4]), (3000, [0, 5]), (3000, [6])]
+    mooncake.write_text(
+        "".join(
+            orjson.dumps({"timestamp": t, "input_length": 1500, "output_length": 10, "hash_ids": h}).decode() + "\n"
+            for t, h in rows
+        )
+    )
+    found = load(mooncake)
+    assert [a.at_s for a in found] == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.5])  # 3 s ticks, spread
+    assert [a.blocks for a in found] == [(0, 1, 2), (0, 1, 3), (4,), (0, 5), (6,)]  # file order kept
+    cut = window(found, 0.05, None)  # from 3 s: re-timed, blocks kept
+    assert [(a.at_s, a.blocks) for a in cut] == [(0.0, (0, 5)), (1.5, (6,))]
+
+
+def test_replayed_prompts_share_text_where_the_trace_shares_blocks():
+    from router.cli.replay import prompt  # noqa: PLC0415
+
+    a, b = prompt(0, 1500, (0, 1, 2)), prompt(1, 1500, (0, 1, 3))
+    block = MOONCAKE_BLOCK_TOKENS * 4
+    assert a[: 2 * block] == b[: 2 * block]  # blocks 0 and 1: the same text
+    assert a[2 * block :] != b[2 * block :]
+    assert len(a) == 1500 * 4 - 120  # the body the gateway estimates at the row's size
+    assert prompt(2, 10).startswith("replayed row 2")  # an Azure row: as before
 
 
 def test_a_replay_whose_sender_fell_behind_is_invalid():

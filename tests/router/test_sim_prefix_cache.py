@@ -83,3 +83,23 @@ async def test_without_a_prefix_cache_every_prompt_token_is_computed():
         stats = (await client.get("/sim/stats")).json()
     assert stats["prefix_hit_tokens"] == 0
     assert stats["prefill_tokens"] == 2 * (len(orjson.dumps(body["messages"])) // BYTES_PER_TOKEN)
+
+
+async def test_replayed_mooncake_rows_that_share_blocks_hit_the_cache():
+    """`tidegate replay` writes a Mooncake row's prompt from its hash_ids: the sim then finds the
+    blocks two rows share (here 2 of 3, 512 tokens each) in its prefix cache."""
+    from router.cli.replay import prompt  # noqa: PLC0415
+
+    app = create_sim_app(
+        SimProfile(kind=Kind.DEDICATED, name="d", prefix_cache_tokens=100_000, time_scale=100.0)
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as client:
+        for index, blocks in enumerate(((0, 1, 2), (0, 1, 3))):
+            body = {"model": "d", "messages": [{"role": "user", "content": prompt(index, 1500, blocks)}]}
+            answer = await client.post(
+                "/v1/chat/completions", json=body, headers={"x-sim-prompt-tokens": "1500"}
+            )
+            assert answer.status_code == 200
+        stats = (await client.get("/sim/stats")).json()
+    assert 2 * 512 - BLOCK <= stats["prefix_hit_tokens"] <= 2 * 512 + BLOCK
+    assert stats["prefill_tokens"] == 2 * 1500 - stats["prefix_hit_tokens"]
