@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         "slo": {"ttft_ms": args.slo_ttft_ms, "target_attainment": args.target},
         "dedicated": dataclasses.asdict(d),
         "serverless": dataclasses.asdict(s),
+        "prefix_hit_rate": args.prefix_hit_rate,  # modelled, not measured (--prefix-hit-rate)
         "plans": results,
         "pareto": front,
         "model_seconds": round(elapsed, 3),
@@ -174,11 +175,29 @@ def _inputs(
         return "--price-sweep compares with all-serverless: keep 0 in --replicas"
     if args.slice_s <= 0 or args.slices_per_stratum < 1:
         return "--slice-s must be > 0 and --slices-per-stratum >= 1"
+    problem = _system_problem(args)
+    if problem:
+        return problem
+    batch = {"batch_share": args.batch_share, "batch_reserve": args.batch_reserve}
+    system = System(
+        d,
+        s,
+        window_s,
+        max_waiters,
+        batch_max_wait_s=args.batch_max_wait_s,
+        prefix_hit_rate=args.prefix_hit_rate,
+        **batch,
+    )
+    return rows, system, d, s, start
+
+
+def _system_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the modelled system's options (batch traffic, the prefix cache)."""
     if not 0 <= args.batch_share <= 1 or args.batch_reserve < 0 or args.batch_max_wait_s <= 0:
         return "--batch-share must be from 0 to 1, --batch-reserve >= 0, --batch-max-wait-s > 0"
-    batch = {"batch_share": args.batch_share, "batch_reserve": args.batch_reserve}
-    system = System(d, s, window_s, max_waiters, batch_max_wait_s=args.batch_max_wait_s, **batch)
-    return rows, system, d, s, start
+    if not 0 <= args.prefix_hit_rate < 1:
+        return "--prefix-hit-rate must be from 0 to under 1"
+    return None
 
 
 def _write(found: dict[str, Any], args: argparse.Namespace, requests: int, elapsed: float) -> int:
@@ -238,6 +257,12 @@ _OPTIONS = (
     option("--batch-share", type=float, default=0.0, help="of requests: batch traffic (docs/tenants.md)"),
     option("--batch-reserve", type=int, default=1, help="routing.batch.reserve_slots"),
     option("--batch-max-wait-s", type=float, default=300.0, help="routing.batch.max_wait_s"),
+    option(
+        "--prefix-hit-rate",
+        type=float,
+        default=0.0,
+        help="share of dedicated prompt tokens a prefix cache holds",
+    ),
     option(
         "--target", type=float, default=0.95, help="share of requests within the SLO a plan must meet (0-1)"
     ),

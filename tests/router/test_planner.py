@@ -415,3 +415,17 @@ def test_a_time_window_keeps_its_mean_and_percentiles_as_values_come_and_go():
             assert window.mean() == pytest.approx(sum(values) / len(values))
             for q in (50, 95):
                 assert window.percentile(q) == percentile(values, q)
+
+
+def test_a_prefix_hit_rate_lowers_the_prefill_a_replica_computes():
+    """System.prefix_hit_rate (tidegate plan --prefix-hit-rate): that share of each dedicated
+    prompt skips its prefill, so long prompts reach their first token sooner on the same plan."""
+    rows = [Arrival(i * 0.5, 20_000, 4) for i in range(60)]  # prefill-bound: long prompts, no spill
+    plan = Plan(1, 64)
+    cold = evaluate(rows, plan, SYSTEM, slo_ttft_ms=2000.0, span_s=30.0)
+    warm = dataclasses.replace(SYSTEM, prefix_hit_rate=0.8)
+    cached = evaluate(rows, plan, warm, slo_ttft_ms=2000.0, span_s=30.0)
+    assert cold["spill_share"] == cached["spill_share"] == 0.0  # the same replica serves both
+    assert cached["ttft_ms"]["p50"] < cold["ttft_ms"]["p50"] / 5
+    assert cached["slo_attainment"] > cold["slo_attainment"]
+    assert cached["dedicated_utilization"] < cold["dedicated_utilization"]

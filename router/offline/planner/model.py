@@ -283,7 +283,10 @@ class _Run:
     def _admit(self, now: float, replica: _Replica, request: _Request) -> None:
         request.route = dedicated_route(replica.index)
         arrival = request.arrival
-        replica.engine.submit(now, request.index, arrival.input_tokens, max(1, arrival.output_tokens))
+        cached = int(arrival.input_tokens * self._system.prefix_hit_rate)
+        replica.engine.submit(
+            now, request.index, arrival.input_tokens, max(1, arrival.output_tokens), cached_tokens=cached
+        )
         self._sync(replica)
 
     def _sync(self, replica: _Replica) -> None:

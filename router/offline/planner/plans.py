@@ -57,6 +57,9 @@ class System:
     batch_share: float = 0.0
     batch_reserve: int = 1
     batch_max_wait_s: float = 300.0
+    # the share of a dedicated prompt a replica's prefix cache holds (its prefill is skipped):
+    # a fleet placed by prefix affinity serves more per replica (`tidegate plan --prefix-hit-rate`)
+    prefix_hit_rate: float = 0.0
 
 
 def keep_warm_times(plan: Plan, until_s: float) -> list[float]:
