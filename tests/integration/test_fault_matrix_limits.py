@@ -405,7 +405,10 @@ def test_a_slow_body_without_a_key_is_answered_and_closed_on_every_path(
 
 def test_stalled_4_mib_bodies_without_a_key_stay_within_the_body_budget(gateway, fault_matrix):
     head = no_key_head(b"POST", b"/v1/chat/completions", 4 * MiB) + b"{" + b" " * (4 * MiB - 2)
-    verdict = refused_with(b"401")
+    # 401 (no key) or, for a head that arrives once the address's earlier bodies hold its share
+    # of the body budget, 429: both clean refusals, which one depends on arrival order (a loaded
+    # clean-clone run saw one 429 of 40)
+    verdict = refused_with(b"401", b"429")
     row = run_case(
         gateway,
         fault_matrix,
