@@ -58,6 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     url = f"http://{args.host}:{sock.getsockname()[1]}/v1"
     key = config.auth.api_keys[0] if scenario.needs_key else "unused"
+    tidegate = _command()
     print(
         _DEMO_BANNER.format(
             url=url,
@@ -68,8 +69,8 @@ def _demo(args: argparse.Namespace) -> int:
             try_this=scenario.try_this,
             root=url.removesuffix("/v1"),
             admin=config.auth.admin_key,
-            canary=_canary_banner(config, url.removesuffix("/v1"), _command()),
-            tidegate=_command(),
+            canary=_canary_banner(config, url.removesuffix("/v1"), tidegate),
+            tidegate=tidegate,
             python=_python(),
             quiet="" if getattr(args, "log_level", None) in ("debug", "info") else _QUIET,
         ),

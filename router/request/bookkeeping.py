@@ -97,14 +97,14 @@ class Books:
         if error is None:
             failed_check = judge(result.shape, job.facts.config.success, job.facts.request)
         ttft = (result.first_token_at - job.facts.received_at) * 1000 if result.first_token_at else None
-        itl = self._observe_stream(job, target, result, served=error is None)
         estimated = usage.output_tokens is None
         output = result.output_events if estimated else usage.output_tokens
+        cut = cut_by_caller(result.shape, job.facts.request)
+        itl = self._observe_stream(job, target, result, served=error is None, output=output, cut=cut)
         rate = None
         if itl and output and result.output_events > 1:  # tokens over the span of the output events
             rate = round(output / (itl * (result.output_events - 1) / 1000.0), 2)
         code = result.error.code if result.error is not None else None
-        cut = cut_by_caller(result.shape, job.facts.request)
         measures = Measures(
             ttft,
             usage.input_tokens,
@@ -129,10 +129,11 @@ class Books:
             self._mirror.offer(job, target, result.shape)
 
     def _observe_stream(
-        self, job: Job, target: Endpoint, result: StreamResult, *, served: bool
+        self, job: Job, target: Endpoint, result: StreamResult, *, served: bool, output: int | None, cut: bool
     ) -> float | None:
         """The route's own latency: from this attempt's request, not from the client's (a
-        failover's earlier attempts and the wait in line are not the route's doing).
+        failover's earlier attempts and the wait in line are not the route's doing). `output`:
+        the answer's tokens (usage, else events); `cut`: its length was the caller's choice.
         Returns the stream's mean inter-token latency (ms) when it had 2+ output events."""
         route = route_key(job.facts.request.model, target.name)
         itl = None
@@ -142,9 +143,7 @@ class Books:
                 itl = (time.monotonic() - result.first_token_at) * 1000 / (result.output_events - 1)
                 self.observe(route, Metric.ITL, itl)
         if served:
-            output = result.usage.output_tokens if result.usage else None
-            cut = cut_by_caller(result.shape, job.facts.request)
-            self._observe_e2e(route, output if output is not None else result.output_events, job, cut=cut)
+            self._observe_e2e(route, output, job, cut=cut)
         return itl
 
     def _observe_e2e(self, route: str, output_tokens: int | None, job: Job, *, cut: bool) -> None:

@@ -89,7 +89,7 @@ def _generation(state: SimState, kind: str) -> Any:
         choices = answers.plan(payload, profile, state.engine.rng)
         choices = persona.apply(profile.persona, profile.persona_share, profile.seed, payload, choices)
         prompt = _prompt_bytes(payload)
-        n_in = _header_tokens(request, "x-sim-prompt-tokens") or max(1, len(prompt) // 4)
+        n_in = _header_tokens(request, "x-sim-prompt-tokens") or _input_tokens(prompt)
         n_out = sum(c.tokens for c in choices)
         logprobs = _logprobs(payload, kind)
         if payload.get("stream") is True:
@@ -161,7 +161,7 @@ def _embeddings(state: SimState) -> Any:
             return failure
         inputs = payload.get("input")
         count = len(inputs) if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else 1
-        n_in = _input_tokens(payload)
+        n_in = _input_tokens(_prompt_bytes(payload))
         dimensions = payload.get("dimensions")
         size = dimensions if isinstance(dimensions, int) and not isinstance(dimensions, bool) else 8
         encoding = "base64" if payload.get("encoding_format") == "base64" else "float"
@@ -246,8 +246,8 @@ def _header_tokens(request: Request, name: str) -> int | None:
     return min(max(int(value), 1), 1_000_000)
 
 
-def _input_tokens(payload: dict[str, Any]) -> int:
-    return max(1, len(_prompt_bytes(payload)) // 4)
+def _input_tokens(prompt: bytes) -> int:
+    return max(1, len(prompt) // 4)
 
 
 def _prompt_bytes(payload: dict[str, Any]) -> bytes:

@@ -92,7 +92,6 @@ class Engine:
         self._spec_of: SimProfile = p
         self._admitted: dict[int, float] = {}  # key -> when it was handed over
         self._prefixes = PrefixCache(p.prefix_cache_tokens, p.prefix_block_tokens)
-        self._prefixes_size = p.prefix_cache_tokens
         self._running: set[int] = set()
         self._firsts: set[int] = set()
         self._waiters: dict[int, asyncio.Future[None]] = {}
@@ -137,9 +136,8 @@ class Engine:
     def _prefix_cache(self, p: SimProfile) -> PrefixCache:
         """The replica's prefix cache, made anew (empty) when PUT /sim/config resizes it."""
         wanted = (p.prefix_cache_tokens, p.prefix_block_tokens)
-        if (self._prefixes_size, self._prefixes.block_tokens) != wanted:
+        if (self._prefixes.capacity_tokens, self._prefixes.block_tokens) != wanted:
             self._prefixes = PrefixCache(*wanted)
-            self._prefixes_size = p.prefix_cache_tokens
         return self._prefixes
 
     def count_request(self) -> None:

@@ -19,7 +19,7 @@ class PrefixCache:
     def __init__(self, capacity_tokens: int, block_tokens: int = 16) -> None:
         if capacity_tokens < 0 or block_tokens < 1:
             raise ValueError("prefix cache: capacity_tokens >= 0 and block_tokens >= 1")
-        self.block_tokens = block_tokens
+        self.capacity_tokens, self.block_tokens = capacity_tokens, block_tokens
         self._max_blocks = capacity_tokens // block_tokens
         self._blocks: OrderedDict[bytes, None] = OrderedDict()
 

@@ -115,18 +115,22 @@ def test_an_api_root_is_accepted(url):
     assert config.models["m"].serverless[0].base_url == url
 
 
-def test_check_config_prints_each_routes_price_and_a_zero_as_free(tmp_path: Path, capsys):
+def check_config(tmp_path: Path, text: str) -> int:
+    """`tidegate check-config` on `text`, as a file: its exit status (the output is captured)."""
     path = tmp_path / "tidegate.yaml"
-    path.write_text(config_text(dedicated=DEDICATED.replace("gpu_hour_usd: 4.41", "gpu_hour_usd: 0")))
-    assert main(["check-config", str(path)]) == 0
+    path.write_text(text)
+    return main(["check-config", str(path)])
+
+
+def test_check_config_prints_each_routes_price_and_a_zero_as_free(tmp_path: Path, capsys):
+    free = config_text(dedicated=DEDICATED.replace("gpu_hour_usd: 4.41", "gpu_hour_usd: 0"))
+    assert check_config(tmp_path, free) == 0
     out = capsys.readouterr().out
     assert "d (dedicated, $0/GPU-hour: reports bill it nothing)" in out
     assert "s (serverless, $0.5 in, $2 out per Mtok)" in out
 
 
 def test_check_config_refuses_an_unpriced_route_with_exit_1(tmp_path: Path, capsys):
-    path = tmp_path / "tidegate.yaml"
-    path.write_text(config_text(dedicated=DEDICATED.replace(", gpu_hour_usd: 4.41", "")))
-    assert main(["check-config", str(path)]) == 1
+    assert check_config(tmp_path, config_text(dedicated=DEDICATED.replace(", gpu_hour_usd: 4.41", ""))) == 1
     err = capsys.readouterr().err
     assert "models.m.dedicated[0].gpu_hour_usd: a route's price is required" in err
