@@ -55,14 +55,14 @@ async def fill(store: RedisStore, requests: int, hours: float) -> None:
             "tokens_out": rng.randint(10, 800),
             "cost_usd": 0.0004,
         }
-        store._counts.add(route, counts, wall)  # as store.count() does, at a chosen time
-        store._book.observe(route, Metric.TTFT, rng.lognormvariate(5, 1), wall)
-        store._book.observe(route, Metric.E2E, busy, wall)
+        store.series._counts.add(route, counts, wall)  # as series.count() does, at a chosen time
+        store.series._book.observe(route, Metric.TTFT, rng.lognormvariate(5, 1), wall)
+        store.series._book.observe(route, Metric.E2E, busy, wall)
         if done % 1000 == 999:
-            await store.flush()
+            await store.series.flush()
         if done % 20_000 == 19_999:
             print(f"  recorded {done + 1} requests", file=sys.stderr)
-    await store.flush()
+    await store.series.flush()
 
 
 async def measure(port: int, args: argparse.Namespace) -> None:

@@ -146,19 +146,21 @@ def build_parts(
     signals = Signals(config, store, loops)
     telemetry.watch(signals.snapshot, store)
     early = EarlyBound(config.tasks.max_early_feedback, config.tasks.early_feedback_s)
-    ledger = TaskLedger(store, config.tasks.ttl_s, on_settled=telemetry.task_settled, early=early)
+    ledger = TaskLedger(
+        store.tasks, store.series, config.tasks.ttl_s, on_settled=telemetry.task_settled, early=early
+    )
     shadow = Shadow(config, store, upstream, telemetry.registry)
-    quota = Quota(store, telemetry.registry)
+    quota = Quota(store.quotas, telemetry.registry)
     dispatcher = Dispatcher(
         config,
-        store,
+        store.leases,
         upstream,
         books=Books(
-            store, recorder, recording=config.state.record, ledger=ledger, mirror=shadow, quota=quota
+            store.series, recorder, recording=config.state.record, ledger=ledger, mirror=shadow, quota=quota
         ),
         policies=build_policies(config),
         signals=signals,
-        breakers=Breakers(store, breaker_configs(config)),
+        breakers=Breakers(store.circuits, breaker_configs(config)),
         telemetry=telemetry,
         quota=quota,
     )
@@ -170,12 +172,12 @@ def build_parts(
         recorder,
         signals,
         ledger,
-        EconomicsGauges(config, store, telemetry.economics, loops),
+        EconomicsGauges(config, store.series, telemetry.economics, loops),
         CanaryController(config, store, signals.snapshot, telemetry.registry, loops=loops),
         KeepWarm(config, store, upstream, signals.snapshot, config.state.leader_ttl_s, loops=loops),
         shadow,
         dispatcher,
-        ApiKeys(config.auth, store, loops=loops, on_revoked=quota.forget),
+        ApiKeys(config.auth, store.quotas, loops=loops, on_revoked=quota.forget),
         quota,
     )
 

@@ -65,8 +65,20 @@ TICK_S = 1.0  # how often the controller renews its lease and looks at the runs
 _CAS_TRIES = 8
 
 
-class CanaryStore(Leadership, CanaryRuns, Windows, Rankings, Protocol):
-    """The state store as the controller uses it (router/state/roles.py)."""
+class CanaryStore(Protocol):
+    """The store's roles the controller uses (router/state/roles.py)."""
+
+    @property
+    def leadership(self) -> Leadership: ...
+
+    @property
+    def canary(self) -> CanaryRuns: ...
+
+    @property
+    def series(self) -> Windows: ...
+
+    @property
+    def rankings(self) -> Rankings: ...
 
 
 class CanaryController:
@@ -125,7 +137,7 @@ class CanaryController:
         self._task = None
         if self.leading:
             with contextlib.suppress(StoreUnavailable, OSError):
-                await self._store.resign(self.token)
+                await self._store.leadership.resign(self.token)
             self.leading = False
 
     async def _turn(self) -> None:
@@ -138,7 +150,7 @@ class CanaryController:
 
     async def tick(self) -> None:
         was_leading = self.leading
-        self.leading = await self._store.lead(self.token, self._ttl_s)
+        self.leading = await self._store.leadership.lead(self.token, self._ttl_s)
         if self.leading != was_leading:
             log.info("canary controller %s: %s", self.token, "leading" if self.leading else "not leading")
         if not self.leading:
@@ -151,7 +163,7 @@ class CanaryController:
     async def _advance(self, model: str, config: ModelConfig) -> None:
         canary = config.canary
         assert canary is not None
-        version, raw = await self._store.canary_run(model)
+        version, raw = await self._store.canary.canary_run(model)
         run = CanaryRun.parse(raw)
         now = time.time()
         if run.state == IDLE and run.started_at is None and canary.start == "auto":
@@ -160,7 +172,7 @@ class CanaryController:
         if run.state != PROGRESSING:
             return
         if self._snapshot().canary_percent.get(model) != run.percent:  # a lost write, re-asserted
-            await self._store.set_canary(model, run.percent)
+            await self._store.canary.set_canary(model, run.percent)
         if run.next_at is not None and now < run.next_at:
             return
         analysis = await self.analyse(model, config)
@@ -196,7 +208,7 @@ class CanaryController:
             "reason": analysis.reason if analysis else run.note,
             "analysis": analysis.as_json() if analysis else None,
         }
-        written = await self._store.write_canary(
+        written = await self._store.canary.write_canary(
             model,
             run.as_json(),
             orjson.dumps(event),
@@ -208,7 +220,7 @@ class CanaryController:
             self.leading = False  # fenced out: another replica leads now
             return written
         if written > 0:
-            await self._store.set_canary(model, run.percent)
+            await self._store.canary.set_canary(model, run.percent)
             self._actions.labels(model, action).inc()
             events_log.info(orjson.dumps({k: v for k, v in event.items() if k != "analysis"}).decode())
         return written
@@ -223,10 +235,10 @@ class CanaryController:
         dedicated = [route_key(model, e.name) for e in config.dedicated]
         serverless = [route_key(model, e.name) for e in config.serverless]
         routes = dedicated + serverless
-        counts = await self._store.counts_window(routes, window)
-        ttft = await self._store.latency_window(routes, Metric.TTFT, window)
-        itl = await self._store.latency_window(routes, Metric.ITL, window)
-        per_token = await self._store.latency_window(routes, Metric.E2E_PER_TOKEN, window)
+        counts = await self._store.series.counts_window(routes, window)
+        ttft = await self._store.series.latency_window(routes, Metric.TTFT, window)
+        itl = await self._store.series.latency_window(routes, Metric.ITL, window)
+        per_token = await self._store.series.latency_window(routes, Metric.E2E_PER_TOKEN, window)
         now = time.time()
         ded_cost = sum(provisioned(e, now - window, now).cost_usd for e in config.dedicated)
         ded_rates, sl_rates = like_with_like(
@@ -242,7 +254,7 @@ class CanaryController:
             canary.min_samples,
             canary.min_callers,
         )
-        judged = verdicts_of(await self._store.parity(model))
+        judged = verdicts_of(await self._store.rankings.parity(model))
         names = [e.name for e in config.dedicated if e.name in judged]
         diverging = [name for name in names if judged[name] == "diverges"]
         return with_parity(found, diverging, bool(names), config.parity.enforce)
@@ -259,7 +271,7 @@ class CanaryController:
         """start, pause, resume, abort or promote, whatever the leader is doing."""
         canary = self.controlled(model)
         for _ in range(_CAS_TRIES):
-            version, raw = await self._store.canary_run(model)
+            version, raw = await self._store.canary.canary_run(model)
             before = CanaryRun.parse(raw)
             after = admin_action(before, action, canary, time.time())
             written = await self._write(model, version, after, action, None, leader=False, before=before)
@@ -272,7 +284,7 @@ class CanaryController:
         if model not in self._models:
             return
         for _ in range(_CAS_TRIES):
-            version, raw = await self._store.canary_run(model)
+            version, raw = await self._store.canary.canary_run(model)
             before = CanaryRun.parse(raw)
             if before.state != PROGRESSING:
                 return
@@ -283,9 +295,9 @@ class CanaryController:
 
     async def status(self, model: str, history: int = 20) -> dict[str, Any]:
         canary = self.controlled(model)
-        version, raw = await self._store.canary_run(model)
+        version, raw = await self._store.canary.canary_run(model)
         run = CanaryRun.parse(raw)
-        events = [orjson.loads(e) for e in await self._store.canary_history(model, history)]
+        events = [orjson.loads(e) for e in await self._store.canary.canary_history(model, history)]
         return {
             "model": model,
             "run": asdict(run),
@@ -307,7 +319,7 @@ class CanaryController:
     async def plan_now(self, model: str) -> dict[str, Any]:
         """What the controller would do now on the current window, without doing it."""
         canary = self.controlled(model)
-        run = CanaryRun.parse((await self._store.canary_run(model))[1])
+        run = CanaryRun.parse((await self._store.canary.canary_run(model))[1])
         analysis = await self.analyse(model, self._config.models[model])
         trial = run if run.state == PROGRESSING else started(canary, time.time())
         after, action = decide(trial, analysis, canary, time.time())

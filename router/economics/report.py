@@ -16,6 +16,7 @@ from router.config import DedicatedEndpoint, GatewayConfig, ModelConfig
 from router.economics.costs import slots_per_replica
 from router.economics.routes_report import (
     LATENCIES,
+    CountsAndLatency,
     WindowFigures,
     Windows,
     build_routes_report,
@@ -28,10 +29,15 @@ from router.state.latency import MAPPING, Counts, Histogram, Metric, add_counts
 _SERIES_FIELDS = ("requests", "errors", "busy_ms", "cost_usd", "tasks", "tasks_ok", "tokens_in", "tokens_out")
 
 
-class SeriesWindows(Windows, Protocol):
+class _AllWindows(CountsAndLatency, Protocol):
     async def counts_series(
         self, routes: Sequence[str], window_s: float
     ) -> tuple[int, dict[str, list[tuple[int, Counts]]]]: ...
+
+
+class SeriesWindows(Windows, Protocol):
+    @property
+    def series(self) -> _AllWindows: ...
 
 
 async def economics_report(
@@ -39,9 +45,9 @@ async def economics_report(
 ) -> dict[str, Any]:
     """Each figure is read from the store once: the counter series feeds both the routes report
     (summed) and the plots; the TTFT and token histograms both the report and the shape."""
-    step, series = await store.counts_series(report_routes(config), window_s)
+    step, series = await store.series.counts_series(report_routes(config), window_s)
     metrics = (*LATENCIES, Metric.TOKENS_IN, Metric.TOKENS_OUT)
-    histograms = {m: await store.latency_window(config.route_keys(), m, window_s) for m in metrics}
+    histograms = {m: await store.series.latency_window(config.route_keys(), m, window_s) for m in metrics}
     figures = WindowFigures(histograms, {route: _summed(rows) for route, rows in series.items()})
     report = build_routes_report(config, figures, snapshot, window_s, store.name, started_at=store.started_at)
     names = [model] if model else list(config.models)

@@ -79,18 +79,23 @@ def _spanned_s(window_s: float, wall: float) -> float:
     return max(wall - window_start(wall, window_s), 1e-9)
 
 
-class Windows(Protocol):
-    """The state store as reports read it: every replica's merged histograms and counters,
-    and when the gateway started using it (`started_at`, Unix seconds)."""
-
-    name: str
-    started_at: float
-
+class CountsAndLatency(Protocol):
     async def latency_window(
         self, routes: Sequence[str], metric: Metric, window_s: float
     ) -> dict[str, Histogram]: ...
 
     async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]: ...
+
+
+class Windows(Protocol):
+    """The state store as reports read it: every replica's merged histograms and counters (its
+    series role), and when the gateway started using it (`started_at`, Unix seconds)."""
+
+    name: str
+    started_at: float
+
+    @property
+    def series(self) -> CountsAndLatency: ...
 
 
 LATENCIES = (Metric.TTFT, Metric.ITL, Metric.E2E, Metric.QUEUE)
@@ -119,8 +124,8 @@ async def read_window(
     config: GatewayConfig, store: Windows, window_s: float, metrics: Sequence[Metric] = LATENCIES
 ) -> WindowFigures:
     routes = config.route_keys()
-    histograms = {metric: await store.latency_window(routes, metric, window_s) for metric in metrics}
-    return WindowFigures(histograms, await store.counts_window(report_routes(config), window_s))
+    histograms = {metric: await store.series.latency_window(routes, metric, window_s) for metric in metrics}
+    return WindowFigures(histograms, await store.series.counts_window(report_routes(config), window_s))
 
 
 async def routes_report(

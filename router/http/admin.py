@@ -56,7 +56,13 @@ class Admin:
 
     async def describe(self, model: str) -> dict[str, Any]:
         cfg, snapshot = self.model(model), self.signals.snapshot()
-        view = model_view(model, cfg, snapshot, await self.store.probe(model), await self.store.parity(model))
+        view = model_view(
+            model,
+            cfg,
+            snapshot,
+            await self.store.rankings.probe(model),
+            await self.store.rankings.parity(model),
+        )
         return view | {"window_s": self.config.state.window_s, "state_store": self.store.name}
 
     def window(self, window: str) -> float:
@@ -83,7 +89,7 @@ def admin_router(
 ) -> APIRouter:
     admin = Admin(config, store, signals, canary)
     router = APIRouter(prefix="/admin", dependencies=[Depends(admin.require)])
-    keys_routes(router, config, store, keys, admin.body)
+    keys_routes(router, config, store.quotas, keys, admin.body)
     _report_routes(router, admin)
     _model_routes(router, admin)
     _canary_routes(router, admin)
@@ -93,14 +99,15 @@ def admin_router(
 def _report_routes(router: APIRouter, admin: Admin) -> None:
     @router.get("/routes")
     async def get_routes(window: str = "5m") -> dict[str, Any]:
-        found = await routes_report(admin.config, admin.store, admin.signals.snapshot(), admin.window(window))
+        snapshot, window_s = admin.signals.snapshot(), admin.window(window)
+        found = await routes_report(admin.config, admin.store, snapshot, window_s)
         for model, entry in found["models"].items():  # what an applied probe said of each route
-            probed = probe_view(await admin.store.probe(model))
+            probed = probe_view(await admin.store.rankings.probe(model))
             for probe in (probed or {}).get("ranking", []):
                 route = entry["routes"].get(probe["endpoint"])
                 if route is not None:
                     route["probe"] = probe | {"at": probed["at"] if probed else None}
-            verdicts = parity_view(await admin.store.parity(model), admin.model(model))
+            verdicts = parity_view(await admin.store.rankings.parity(model), admin.model(model))
             for name, verdict in (verdicts or {}).get("endpoints", {}).items():
                 route = entry["routes"].get(name)
                 if route is not None:
@@ -127,7 +134,7 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
         percent = (await admin.body(request)).get("percent")
         if isinstance(percent, bool) or not isinstance(percent, int | float) or not 0 <= percent <= 100:
             raise InvalidRequest("'percent' must be a number from 0 to 100", param="percent")
-        await admin.store.set_canary(model, float(percent))
+        await admin.store.canary.set_canary(model, float(percent))
         await admin.canary.manual_set(model, float(percent))
         return await admin.describe(model)
 
@@ -136,7 +143,7 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
         """Back to the config file's canary_percent: the live percent (a `canary set`, or a
         run's) is dropped on every replica, and a run in progress pauses (the human wins)."""
         config = admin.model(model)
-        await admin.store.clear_canary(model)
+        await admin.store.canary.clear_canary(model)
         await admin.canary.manual_set(
             model, config.canary_percent, note=f"reset to the file's {config.canary_percent:g}%"
         )
@@ -147,7 +154,7 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
         """A `tidegate probe --apply` ranking: the initial order of `fastest` serverless routes
         until live figures take over; its verdicts are shown here and in the routes report."""
         ranking = ranking_to_store(model, admin.model(model), await admin.body(request))
-        await admin.store.set_probe(model, ranking)
+        await admin.store.rankings.set_probe(model, ranking)
         return await admin.describe(model)
 
     @router.put("/models/{model}/parity")
@@ -156,7 +163,7 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
         serverless endpoint leaves the spill order and the canary holds while a dedicated one
         diverges; shown here and in the routes report either way."""
         verdicts = parity_to_store(model, admin.model(model), await admin.body(request))
-        await admin.store.set_parity(model, verdicts)
+        await admin.store.rankings.set_parity(model, verdicts)
         return await admin.describe(model)
 
 

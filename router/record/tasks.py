@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from router.state.latency import Counts
-from router.state.roles import Tasks
+from router.state.roles import Samples, Tasks
 from router.state.tasks import EarlyBound, Feedback, FeedbackResult, Settlement, TaskState
 
 log = logging.getLogger("tidegate")
@@ -86,13 +86,15 @@ class TaskLedger:
     def __init__(
         self,
         store: Tasks,
+        samples: Samples,
         ttl_s: float,
+        *,
         on_settled: Callable[[str, str], None] | None = None,
         early: EarlyBound = DEFAULT_EARLY,
     ) -> None:
         """`on_settled(route, result)` hears of each new task settled (success or failure) and
         each task feedback failed (feedback_failed): the Prometheus tasks counter."""
-        self._store = store
+        self._store, self._samples = store, samples
         self._on_settled = on_settled
         self._ttl_s = ttl_s
         self._early = early
@@ -206,4 +208,4 @@ class TaskLedger:
     def _apply(self, deltas: Mapping[str, Counts]) -> None:
         for route, counts in deltas.items():
             if counts:
-                self._store.count(route, counts)
+                self._samples.count(route, counts)

@@ -262,8 +262,14 @@ class StoreHealth(Protocol):
     """The state store as health reports read it."""
 
     name: str
-    degraded: bool  # True while shared state is unreachable and decisions are local
-    fallback_admissions: int  # slots granted locally because the shared store was unreachable
+
+    @property
+    def degraded(self) -> bool:
+        """True while shared state is unreachable and decisions are local."""
+
+    @property
+    def fallback_admissions(self) -> int:
+        """Slots granted locally because the shared store was unreachable."""
 
 
 class _LiveGauges(Collector):

@@ -81,10 +81,14 @@ def parse_engine_metrics(text: str, scraped_at: float, max_running: float) -> En
     )
 
 
-class SnapshotSource(SharedSamples, Protocol):
-    """The state store as the signal loop reads it (and shares prefill measurements through)."""
+class SnapshotSource(Protocol):
+    """The state store as the signal loop reads it (and shares prefill measurements through
+    its leases role)."""
 
     def snapshot(self) -> Snapshot: ...
+
+    @property
+    def leases(self) -> SharedSamples: ...
 
 
 class Signals:
@@ -213,7 +217,7 @@ class Signals:
 
     async def sync_prefill(self) -> None:
         """Share this process's prefill measurements and refit from every replica's."""
-        await self._prefill.sync(self._store)
+        await self._prefill.sync(self._store.leases)
 
     async def _tick_now(self) -> None:
         self.tick(time.monotonic())

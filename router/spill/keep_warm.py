@@ -42,7 +42,7 @@ from router.economics.cost import token_cost_usd
 from router.errors import StoreUnavailable, UpstreamFailure
 from router.periodic import Loops, stop
 from router.request.upstream import Upstream
-from router.state.latency import Counts
+from router.state.roles import Leadership, Series, Spend
 
 log = logging.getLogger("tidegate.keep_warm")
 ROLE = "keep_warm"
@@ -55,17 +55,16 @@ _MIN_COLD_MS = 1000.0
 
 
 class KeepWarmStore(Protocol):
-    async def lead(self, token: str, ttl_s: float, role: str = "canary") -> bool: ...
+    """The store's roles keep-warm uses (router/state/roles.py)."""
 
-    async def resign(self, token: str, role: str = "canary") -> None: ...
+    @property
+    def leadership(self) -> Leadership: ...
 
-    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool: ...
+    @property
+    def spend(self) -> Spend: ...
 
-    def count(self, route: str, counts: Mapping[str, float]) -> None: ...
-
-    async def counts_series(
-        self, routes: Sequence[str], window_s: float
-    ) -> tuple[int, dict[str, list[tuple[int, Counts]]]]: ...
+    @property
+    def series(self) -> Series: ...
 
 
 @dataclass(slots=True)
@@ -192,11 +191,11 @@ class KeepWarm:
             task.cancel()
         await asyncio.gather(*self._sends, return_exceptions=True)
         if self._routes:
-            await self._store.resign(self._token, ROLE)
+            await self._store.leadership.resign(self._token, ROLE)
 
     async def tick(self) -> None:
         """Send the pings that are due, if this replica leads."""
-        if not await self._store.lead(self._token, self._ttl_s, ROLE):
+        if not await self._store.leadership.lead(self._token, self._ttl_s, ROLE):
             return
         now, wall, snapshot = time.monotonic(), time.time(), self._snapshot()
         for route in self._routes:
@@ -207,7 +206,7 @@ class KeepWarm:
             ledger = f"keep_warm:{route.key}:{int(wall // _DAY_S)}"  # one per route and UTC day
             try:
                 cap = route.warm.max_usd_per_day
-                within = await self._store.try_spend(ledger, route.ping_usd, cap, _DAY_S)
+                within = await self._store.spend.try_spend(ledger, route.ping_usd, cap, _DAY_S)
             except StoreUnavailable:
                 within = False  # no ping whose spend cannot be counted
             if not within:
@@ -222,7 +221,7 @@ class KeepWarm:
     async def _read_schedule(self, route: _Route, now: float) -> None:
         """The model's hourly spills over `schedule_days`, from every replica's counters."""
         routes = [route_key(route.model, e.name) for e in route.model_config.endpoints]
-        _, series = await self._store.counts_series(routes, route.warm.schedule_days * _DAY_S)
+        _, series = await self._store.series.counts_series(routes, route.warm.schedule_days * _DAY_S)
         route.hot_hours = hot_hours(series, route.warm.schedule_days, route.warm.schedule_min_spills)
         route.schedule_at = now
 
@@ -273,7 +272,7 @@ class KeepWarm:
             log.warning("keep-warm ping of %s failed: %s", route.key, exc)
         except Exception as exc:  # a ping never takes the loop down; its failure is counted
             log.warning("keep-warm ping of %s failed: %r", route.key, exc)
-        self._store.count(
+        self._store.series.count(
             route.key,
             {"keep_warm": 1.0, "keep_warm_usd": route.ping_usd, "keep_warm_failed": 0.0 if ok else 1.0},
         )

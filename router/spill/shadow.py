@@ -49,6 +49,7 @@ from router.record.success import AnswerShape, judge
 from router.request.job import Job
 from router.request.relay import usage_of
 from router.request.upstream import Upstream
+from router.state.roles import Leases, Samples, Spend
 from router.state.slots import Lease, Slots
 
 log = logging.getLogger("tidegate.shadow")
@@ -58,15 +59,16 @@ _APIS = {"/chat/completions": "chat", "/responses": "responses"}
 
 
 class ShadowStore(Protocol):
-    async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool: ...
+    """The store's roles a shadow uses (router/state/roles.py)."""
 
-    async def settle_spend(self, ledger: str, delta_usd: float) -> None: ...
+    @property
+    def leases(self) -> Leases: ...
 
-    async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None: ...
+    @property
+    def spend(self) -> Spend: ...
 
-    async def release(self, lease: Lease) -> None: ...
-
-    def count(self, route: str, counts: Mapping[str, float]) -> None: ...
+    @property
+    def series(self) -> Samples: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,7 @@ class Shadow:
         finally:
             self._in_flight[twin.model] -= 1
             if lease is not None:
-                await self._store.release(lease)
+                await self._store.leases.release(lease)
 
     async def _reserve(self, twin: Twin) -> float | None:
         """Reserve the request's worst-case spend in the day's shared ledger: what was
@@ -168,7 +170,9 @@ class Shadow:
             request.prompt_tokens + 8, output, target.usd_per_mtok_in, target.usd_per_mtok_out
         )
         try:
-            fits = await self._store.try_spend(twin.ledger, usd, twin.shadow.max_usd_per_day, 2 * _DAY_S)
+            fits = await self._store.spend.try_spend(
+                twin.ledger, usd, twin.shadow.max_usd_per_day, 2 * _DAY_S
+            )
         except StoreUnavailable:
             return None  # no spend that cannot be counted
         return usd if fits else None
@@ -177,7 +181,7 @@ class Shadow:
         """The ledger keeps what the answer cost, not the reservation."""
         if reserved > 0 and spent != reserved:
             try:
-                await self._store.settle_spend(twin.ledger, spent - reserved)
+                await self._store.spend.settle_spend(twin.ledger, spent - reserved)
             except StoreUnavailable as exc:  # the reservation stays: the cap errs on the safe side
                 log.warning("shadow spend of %s not settled: %s", twin.target.name, exc)
 
@@ -186,7 +190,7 @@ class Shadow:
         usable = int(capacity * (100.0 - twin.shadow.min_free_percent) / 100.0)
         if usable < 1:
             return None
-        return await self._store.try_acquire(twin.target.name, Slots(capacity=usable, max_waiters=0))
+        return await self._store.leases.try_acquire(twin.target.name, Slots(capacity=usable, max_waiters=0))
 
     async def _send(self, twin: Twin) -> float:
         """Send the twin and count what it found; what its answer cost."""
@@ -212,7 +216,7 @@ class Shadow:
 
     def _count(self, twin: Twin, result: str, *, usd: float) -> None:
         self.results.labels(twin.target.name, result).inc()
-        self._store.count(
+        self._store.series.count(
             route_key(twin.model, twin.target.name),
             {
                 "shadow": 1.0,

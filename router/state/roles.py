@@ -1,7 +1,8 @@
-"""The state store's roles: what each part of the gateway asks of the shared state. A consumer
-depends on the roles it uses (the dispatcher on `Leases`, the books on `Samples`, ...); a
-store (router/state/memory/, router/state/redis/) is the union, `StateStore`, composed of one
-part per role.
+"""The state store's roles: what each part of the gateway asks of the shared state. A store
+(router/state/memory/, router/state/redis/) is a short composition of one object per role,
+`StateStore`: `store.leases`, `store.series`, `store.circuits`, ... A consumer takes the role
+it uses (the dispatcher `store.leases`, the books `store.series`, ...); one that needs several
+takes a protocol naming just those (router/canary/controller.py's `CanaryStore`).
 
 Contract, for every implementation:
 - `try_acquire(pool, slots, wait_s)` is atomic: no interleaving of calls, from any number
@@ -171,7 +172,7 @@ class Spend(Protocol):
         that still exists; one that expired stays gone."""
 
 
-class Tasks(Samples, Protocol):
+class Tasks(Protocol):
     """Tasks and feedback (router/record/tasks.py); atomic per task across every process."""
 
     async def settle_task(self, settled: Settlement, ttl_s: float) -> TaskState:
@@ -188,16 +189,24 @@ class Tasks(Samples, Protocol):
         owner's failure is kept within `early` (success needs no keeping, the admin's none)."""
 
 
-class Snapshots(Protocol):
-    def snapshot(self) -> Snapshot: ...
+class Series(Samples, Windows, Protocol):
+    """Samples and the windows over them: one role."""
 
 
 class Lifecycle(Protocol):
     name: str
-    degraded: bool  # True while shared state is unreachable and decisions are local
-    fallback_admissions: int  # slots granted locally because the shared store was unreachable
     loops: Loops  # its background loops' heartbeats (router/periodic.py)
     started_at: float  # when the gateway started using this store (Unix s): reports bill from it
+
+    @property
+    def degraded(self) -> bool:
+        """True while shared state is unreachable and decisions are local."""
+
+    @property
+    def fallback_admissions(self) -> int:
+        """Slots granted locally because the shared store was unreachable."""
+
+    def snapshot(self) -> Snapshot: ...
 
     async def start(self) -> None:
         """Begin background work (refresh, renewal); called once by the app's lifespan."""
@@ -207,19 +216,36 @@ class Lifecycle(Protocol):
     async def close(self) -> None: ...
 
 
-class StateStore(
-    Leases,
-    PrefillShare,
-    Tasks,
-    Windows,
-    Circuits,
-    Leadership,
-    CanaryRuns,
-    Rankings,
-    Spend,
-    Quotas,
-    Snapshots,
-    Lifecycle,
-    Protocol,
-):
-    """Every role: what the app wires its parts with."""
+class SharedLeases(Leases, PrefillShare, Protocol):
+    """The leases role: slots, and the prefill samples every process shares."""
+
+
+class StateStore(Lifecycle, Protocol):
+    """Every role, one object each: what the app wires its parts with."""
+
+    @property
+    def leases(self) -> SharedLeases: ...
+
+    @property
+    def series(self) -> Series: ...
+
+    @property
+    def circuits(self) -> Circuits: ...
+
+    @property
+    def leadership(self) -> Leadership: ...
+
+    @property
+    def canary(self) -> CanaryRuns: ...
+
+    @property
+    def rankings(self) -> Rankings: ...
+
+    @property
+    def spend(self) -> Spend: ...
+
+    @property
+    def tasks(self) -> Tasks: ...
+
+    @property
+    def quotas(self) -> Quotas: ...

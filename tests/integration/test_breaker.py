@@ -84,22 +84,22 @@ async def store(request: pytest.FixtureRequest):
 
 
 async def test_trips_double_the_cooldown_and_never_shorten_it(store):
-    first = await store.trip("m/a", cooldown_s=1.0, max_cooldown_s=3.0)
-    second = await store.trip("m/a", cooldown_s=1.0, max_cooldown_s=3.0)
-    third = await store.trip("m/a", cooldown_s=1.0, max_cooldown_s=3.0)
+    first = await store.circuits.trip("m/a", cooldown_s=1.0, max_cooldown_s=3.0)
+    second = await store.circuits.trip("m/a", cooldown_s=1.0, max_cooldown_s=3.0)
+    third = await store.circuits.trip("m/a", cooldown_s=1.0, max_cooldown_s=3.0)
     assert 0.9 <= first <= 1.0
     assert 1.9 <= second <= 2.0
     assert 2.9 <= third <= 3.0  # capped
     assert "m/a" in store.snapshot().circuit_open
-    await store.reset_circuit("m/a")
+    await store.circuits.reset_circuit("m/a")
     assert "m/a" not in store.snapshot().circuit_open
-    assert 0.9 <= await store.trip("m/a", cooldown_s=1.0, max_cooldown_s=3.0) <= 1.0  # counting restarts
+    assert 0.9 <= await store.circuits.trip("m/a", cooldown_s=1.0, max_cooldown_s=3.0) <= 1.0  # counting restarts
 
 
 async def test_a_short_trip_does_not_cut_a_long_cooldown(store):
-    await store.trip("m/a", cooldown_s=10.0, max_cooldown_s=60.0)
-    await store.trip("m/a", cooldown_s=10.0, max_cooldown_s=60.0)  # 20 s
-    left = await store.trip("m/a", cooldown_s=0.1, max_cooldown_s=0.1)
+    await store.circuits.trip("m/a", cooldown_s=10.0, max_cooldown_s=60.0)
+    await store.circuits.trip("m/a", cooldown_s=10.0, max_cooldown_s=60.0)  # 20 s
+    left = await store.circuits.trip("m/a", cooldown_s=0.1, max_cooldown_s=0.1)
     assert left > 19
 
 
@@ -107,11 +107,11 @@ async def test_redis_circuits_are_seen_by_other_replicas(redis_url):
     a = RedisStore(redis_url, [], routes=["m/a"])
     b = RedisStore(redis_url, [], routes=["m/a"])
     try:
-        await a.trip("m/a", cooldown_s=5.0, max_cooldown_s=5.0)
+        await a.circuits.trip("m/a", cooldown_s=5.0, max_cooldown_s=5.0)
         await b.refresh()
         snapshot = b.snapshot()
         assert 4.0 < snapshot.circuit_open["m/a"] - snapshot.now <= 5.0
-        await a.reset_circuit("m/a")
+        await a.circuits.reset_circuit("m/a")
         await b.refresh()
         assert b.snapshot().circuit_open == {}
     finally:

@@ -213,7 +213,7 @@ def test_redis_killed_and_restarted_mid_burst(fault_matrix):
                 # Redis can flip it to degraded for one more refresh: poll, with a deadline)
                 wait_until(lambda: httpx.get(gw.url + "/readyz").json()["status"] == "ready", timeout=10)
                 ready = httpx.get(gw.url + "/readyz").json()
-            leases = redis.Redis(port=own_redis.port).zcard(store.key("ded"))
+            leases = redis.Redis(port=own_redis.port).zcard(store.leases.key("ded"))
             max_seen = ded.stats()["max_in_flight"]
     finally:
         own_redis.stop()

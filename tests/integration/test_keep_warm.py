@@ -98,7 +98,7 @@ async def test_dedicated_busy_waits_for_a_busy_pool_and_the_days_budget_stops_th
                 await warm.tick()
             await warm.close()
             assert sl.stats()["requests"] == 3
-            counts = (await store.counts_window(["m/sl"], 60))["m/sl"]
+            counts = (await store.series.counts_window(["m/sl"], 60))["m/sl"]
             assert counts["keep_warm"] == 3 and counts.get("requests", 0) == 0
         finally:
             await upstream.aclose()
@@ -135,7 +135,7 @@ async def test_a_scheduled_route_is_kept_warm_only_in_the_hours_the_model_spille
         for spills, expect_pings in ((None, True), (0, False), (3, True)):
             store = MemoryStore(config.route_keys())
             if spills is not None:
-                store.count(
+                store.series.count(
                     "m/sl", {"requests": 5, "reason:saturated": spills, "reason:baseline": 5 - spills}
                 )
             upstream = Upstream(model.endpoints, aiohttp_transport)

@@ -42,22 +42,22 @@ async def pending(store: StateStore, expected: int) -> None:
 
 async def test_raced_acquires_are_admitted_within_the_token_budget_exactly(store):
     slots = Slots(64, prompt_tokens=1_000, max_pending_tokens=5_000)
-    leases = await asyncio.gather(*(store.try_acquire("p", slots) for _ in range(40)))
+    leases = await asyncio.gather(*(store.leases.try_acquire("p", slots) for _ in range(40)))
     granted = [lease for lease in leases if lease is not None]
     assert len(granted) == 5
     assert sorted(lease.pending_at_admit for lease in granted) == [1_000, 2_000, 3_000, 4_000, 5_000]
     await pending(store, 5_000)
-    await store.prefilled(granted[0])
-    await store.prefilled(granted[0])  # idempotent
-    assert await store.try_acquire("p", slots) is not None  # room for one more prompt
-    assert await store.try_acquire("p", slots) is None
+    await store.leases.prefilled(granted[0])
+    await store.leases.prefilled(granted[0])  # idempotent
+    assert await store.leases.try_acquire("p", slots) is not None  # room for one more prompt
+    assert await store.leases.try_acquire("p", slots) is None
 
 
 async def test_a_lone_prompt_larger_than_the_budget_is_still_admitted(store):
-    big = await store.try_acquire("p", Slots(8, prompt_tokens=50_000, max_pending_tokens=5_000))
+    big = await store.leases.try_acquire("p", Slots(8, prompt_tokens=50_000, max_pending_tokens=5_000))
     assert big is not None and big.pending_at_admit == 50_000
-    assert await store.try_acquire("p", Slots(8, prompt_tokens=10, max_pending_tokens=5_000)) is None
-    assert await store.try_acquire("p", Slots(8)) is not None  # slots alone ignore the tokens
+    assert await store.leases.try_acquire("p", Slots(8, prompt_tokens=10, max_pending_tokens=5_000)) is None
+    assert await store.leases.try_acquire("p", Slots(8)) is not None  # slots alone ignore the tokens
 
 
 async def test_no_sequence_of_first_tokens_releases_and_cancellations_leaves_tokens_pending(store):
@@ -66,14 +66,14 @@ async def test_no_sequence_of_first_tokens_releases_and_cancellations_leaves_tok
     held = []  # every lease a task got: a cancelled holder's is given back below, as on_close does
 
     async def one() -> None:
-        lease = await store.try_acquire("p", slots)
+        lease = await store.leases.try_acquire("p", slots)
         assert lease is not None
         held.append(lease)
         await asyncio.sleep(rng.random() * 0.01)
         if rng.random() < 0.5:
-            await store.prefilled(lease)
+            await store.leases.prefilled(lease)
         await asyncio.sleep(rng.random() * 0.01)
-        await store.release(lease)
+        await store.leases.release(lease)
 
     tasks = [asyncio.create_task(one()) for _ in range(200)]
     await asyncio.sleep(0.005)
@@ -83,7 +83,7 @@ async def test_no_sequence_of_first_tokens_releases_and_cancellations_leaves_tok
     assert all(r is None or isinstance(r, asyncio.CancelledError) for r in results)
     assert any(isinstance(r, asyncio.CancelledError) for r in results)
     for lease in held:
-        await store.release(lease)  # idempotent for those already released
+        await store.leases.release(lease)  # idempotent for those already released
     await pending(store, 0)  # a cancelled acquire left no tokens behind for a lease nobody holds
     await in_flight(store, 0)  # nor a slot
 
@@ -96,14 +96,14 @@ async def in_flight(store: StateStore, expected: int) -> None:
 
 
 async def test_released_leases_leave_nothing_pending(store):
-    leases = [await store.try_acquire("p", Slots(100, prompt_tokens=300)) for _ in range(10)]
+    leases = [await store.leases.try_acquire("p", Slots(100, prompt_tokens=300)) for _ in range(10)]
     assert all(lease is not None for lease in leases)
     await pending(store, 3_000)
     for lease in leases[:4]:
-        await store.prefilled(lease)
+        await store.leases.prefilled(lease)
     await pending(store, 1_800)
     for lease in leases:
-        await store.release(lease)  # after prefilled, or instead of it
+        await store.leases.release(lease)  # after prefilled, or instead of it
     await pending(store, 0)
 
 
@@ -111,11 +111,11 @@ async def test_an_expired_leases_tokens_stop_counting(redis_url):
     store = RedisStore(redis_url, ["p"], lease_ttl_s=0.2, refresh_s=0.02, flush_s=0.05)
     await store.start()
     try:
-        lost = await store.try_acquire("p", Slots(8, prompt_tokens=4_000))
+        lost = await store.leases.try_acquire("p", Slots(8, prompt_tokens=4_000))
         assert lost is not None
-        store._held.clear()  # a replica that died: nobody renews or releases its lease
+        store.leases._held.clear()  # a replica that died: nobody renews or releases its lease
         await asyncio.sleep(0.3)  # past the lease TTL (Redis's clock decides expiry)
-        fresh = await store.try_acquire("p", Slots(8, prompt_tokens=10, max_pending_tokens=100))
+        fresh = await store.leases.try_acquire("p", Slots(8, prompt_tokens=10, max_pending_tokens=100))
         assert fresh is not None and fresh.pending_at_admit == 10
     finally:
         await store.close()
@@ -133,8 +133,8 @@ async def test_replicas_sharing_redis_learn_one_prefill_line(redis_url):
         for tokens, ttft in line[15:]:
             learners[1].sample("p", int(tokens), ttft)
         for learner, store in zip(learners, stores, strict=True):
-            await learner.sync(store)
-        await learners[0].sync(stores[0])  # the first to sync sees the other's on its next sync
+            await learner.sync(store.leases)
+        await learners[0].sync(stores[0].leases)  # the first to sync sees the other's on its next sync
         for learner in learners:
             model = learner.models["p"]
             assert model.samples == 30
@@ -151,13 +151,13 @@ async def test_without_the_store_a_replica_learns_from_its_own_and_shares_them_l
     try:
         for tokens in range(1_000, 11_000, 1_000):
             learner.sample("p", tokens, 50 + tokens / 2)  # 2,000 tok/s
-        await learner.sync(dead)  # unreachable: fits its own
+        await learner.sync(dead.leases)  # unreachable: fits its own
         assert learner.models["p"].samples == 10 and abs(learner.models["p"].tokens_per_s - 2_000) < 1
         alive = RedisStore(redis_url, ["p"])
         try:
-            await learner.sync(alive)  # back: the kept measurements are shared now
+            await learner.sync(alive.leases)  # back: the kept measurements are shared now
             other = PrefillLearner(prior, min_samples=5)
-            await other.sync(alive)
+            await other.sync(alive.leases)
             assert other.models["p"].samples == 10
         finally:
             await alive.close()

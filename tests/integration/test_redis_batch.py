@@ -75,10 +75,10 @@ async def test_the_acquire_script_is_loaded_again_after_script_flush(redis_url):
     store = RedisStore(redis_url, ["p"])
     raw = Redis.from_url(redis_url)
     try:
-        assert await store.try_acquire("p", Slots(2)) is not None
+        assert await store.leases.try_acquire("p", Slots(2)) is not None
         await raw.script_flush()  # what a Redis restart or failover does to the script cache
-        assert await store.try_acquire("p", Slots(2)) is not None
-        assert await store.try_acquire("p", Slots(2)) is None  # still counting: capacity 2
+        assert await store.leases.try_acquire("p", Slots(2)) is not None
+        assert await store.leases.try_acquire("p", Slots(2)) is None  # still counting: capacity 2
         assert not store.degraded
     finally:
         await raw.aclose()
@@ -90,12 +90,12 @@ async def test_concurrent_acquires_and_releases_leave_no_lease(redis_url, concur
     store = RedisStore(redis_url, ["p"])
     raw = Redis.from_url(redis_url)
     try:
-        leases = await asyncio.gather(*(store.try_acquire("p", Slots(25)) for _ in range(concurrent)))
+        leases = await asyncio.gather(*(store.leases.try_acquire("p", Slots(25)) for _ in range(concurrent)))
         granted = [lease for lease in leases if lease is not None]
         assert len(granted) == min(concurrent, 25)
-        assert await raw.zcard(store.key("p")) == len(granted)
-        await asyncio.gather(*(store.release(lease) for lease in granted))
-        assert await raw.zcard(store.key("p")) == 0
+        assert await raw.zcard(store.leases.key("p")) == len(granted)
+        await asyncio.gather(*(store.leases.release(lease) for lease in granted))
+        assert await raw.zcard(store.leases.key("p")) == 0
     finally:
         await raw.aclose()
         await store.close()
@@ -176,13 +176,13 @@ async def test_the_merge_script_writes_what_the_plain_commands_write_and_survive
         samples = [(Metric.E2E, 12.5), (Metric.E2E, 480.0), (Metric.TTFT, 33.0), (Metric.E2E, 12.5)]
         book, counts = LatencyBook(), CountBook()
         for metric, value in samples:
-            scripted.observe("m/p", metric, value)
+            scripted.series.observe("m/p", metric, value)
             book.observe("m/p", metric, value, now)
-        scripted.count("m/p", {"requests": 2, "cost_usd": 0.25})
+        scripted.series.count("m/p", {"requests": 2, "cost_usd": 0.25})
         counts.add("m/p", {"requests": 2, "cost_usd": 0.25}, now)
         await raw.script_flush()  # as after a Redis restart
-        await scripted.flush()
-        plain = [list(c) for c in scripted._merge_commands(book.drain(), counts.drain())]
+        await scripted.series.flush()
+        plain = [list(c) for c in scripted.series._merge_commands(book.drain(), counts.drain())]
         for command in plain:  # the same increments, as the cluster path sends them
             command[1] = command[1].replace("scripted:", "plain:", 1)
             await raw.execute_command(*command)

@@ -51,13 +51,13 @@ async def replicas(cluster: RedisClusterServers) -> AsyncIterator[list[RedisStor
 
 
 def test_the_pools_under_test_live_on_different_masters(cluster, replicas):
-    masters = {cluster.node_of(replicas[0].key(pool)) for pool in POOLS}
+    masters = {cluster.node_of(replicas[0].leases.key(pool)) for pool in POOLS}
     assert len(masters) >= 2, "the test would prove nothing if every pool sat on one master"
 
 
 async def test_two_replicas_never_grant_more_than_capacity_on_any_pool(replicas):
     async def grab(store: RedisStore, pool: str) -> bool:
-        return await store.try_acquire(pool, Slots(3)) is not None
+        return await store.leases.try_acquire(pool, Slots(3)) is not None
 
     for pool in POOLS:
         granted = await asyncio.gather(*(grab(replicas[i % 2], pool) for i in range(10)))
@@ -66,28 +66,28 @@ async def test_two_replicas_never_grant_more_than_capacity_on_any_pool(replicas)
 
 async def test_a_waiter_on_one_replica_gets_the_slot_the_other_releases(replicas):
     a, b = replicas
-    held = [await a.try_acquire("pool-1", Slots(2)) for _ in range(2)]
+    held = [await a.leases.try_acquire("pool-1", Slots(2)) for _ in range(2)]
     assert all(held)
-    waiter = asyncio.create_task(b.try_acquire("pool-1", Slots(2), wait_s=5.0))
+    waiter = asyncio.create_task(b.leases.try_acquire("pool-1", Slots(2), wait_s=5.0))
     await a.refresh()
-    await a.release(held[0])  # type: ignore[arg-type]
+    await a.leases.release(held[0])  # type: ignore[arg-type]
     lease = await asyncio.wait_for(waiter, 6.0)
     assert lease is not None and lease.pool == "pool-1"
 
 
 async def test_weighted_leases_count_every_slot_across_replicas(replicas):
     a, b = replicas
-    assert await a.try_acquire("pool-2", Slots(4, weight=3)) is not None
-    assert await b.try_acquire("pool-2", Slots(4, weight=2)) is None
-    assert await b.try_acquire("pool-2", Slots(4, weight=1)) is not None
+    assert await a.leases.try_acquire("pool-2", Slots(4, weight=3)) is not None
+    assert await b.leases.try_acquire("pool-2", Slots(4, weight=2)) is None
+    assert await b.leases.try_acquire("pool-2", Slots(4, weight=1)) is not None
     await b.refresh()
     assert b.snapshot().in_flight["pool-2"] == 4
 
 
 async def test_canary_and_circuits_set_on_one_replica_reach_the_other(replicas):
     a, b = replicas
-    await a.set_canary("m", 35.0)
-    await a.trip("m/ded/d", cooldown_s=30.0, max_cooldown_s=60.0)
+    await a.canary.set_canary("m", 35.0)
+    await a.circuits.trip("m/ded/d", cooldown_s=30.0, max_cooldown_s=60.0)
     await b.refresh()
     seen = b.snapshot()
     assert seen.canary_percent == {"m": 35.0}
@@ -97,17 +97,17 @@ async def test_canary_and_circuits_set_on_one_replica_reach_the_other(replicas):
 async def test_histograms_and_counts_from_both_replicas_merge(replicas):
     a, b = replicas
     for value in range(100):
-        a.observe("m/ded/d", Metric.TTFT, float(value))
-        b.observe("m/ded/d", Metric.TTFT, float(value + 100))
-        b.observe("m/sl/s", Metric.TTFT, 5.0)
-    a.count("m/ded/d", {"requests": 2})
-    b.count("m/ded/d", {"requests": 3})
-    await asyncio.gather(a.flush(), b.flush())
-    merged = await a.latency_window(["m/ded/d", "m/sl/s"], Metric.TTFT, 60.0)
+        a.series.observe("m/ded/d", Metric.TTFT, float(value))
+        b.series.observe("m/ded/d", Metric.TTFT, float(value + 100))
+        b.series.observe("m/sl/s", Metric.TTFT, 5.0)
+    a.series.count("m/ded/d", {"requests": 2})
+    b.series.count("m/ded/d", {"requests": 3})
+    await asyncio.gather(a.series.flush(), b.series.flush())
+    merged = await a.series.latency_window(["m/ded/d", "m/sl/s"], Metric.TTFT, 60.0)
     assert merged["m/ded/d"].samples == 200 and merged["m/sl/s"].samples == 100
     figures = merged["m/ded/d"].figures()
     assert figures is not None and 80 <= figures.p50 <= 120  # both halves are in it
-    counts = await b.counts_window(["m/ded/d"], 60.0)
+    counts = await b.series.counts_window(["m/ded/d"], 60.0)
     assert counts["m/ded/d"]["requests"] == 5
 
 

@@ -30,18 +30,18 @@ async def test_releases_that_fail_in_a_redis_pause_land_after_it_not_at_the_leas
     raw = redis.Redis.from_url(redis_url)
     await store.start()
     try:
-        leases = [await store.try_acquire("p", Slots(4)) for _ in range(4)]
-        assert all(lease is not None for lease in leases) and raw.zcard(store.key("p")) == 4
+        leases = [await store.leases.try_acquire("p", Slots(4)) for _ in range(4)]
+        assert all(lease is not None for lease in leases) and raw.zcard(store.leases.key("p")) == 4
         raw.execute_command("CLIENT", "PAUSE", 2500, "ALL")
-        await asyncio.gather(*(store.release(lease) for lease in leases if lease is not None))
+        await asyncio.gather(*(store.leases.release(lease) for lease in leases if lease is not None))
         deadline = time.monotonic() + 10
-        while raw.zcard(store.key("p")) != 0:
+        while raw.zcard(store.leases.key("p")) != 0:
             assert time.monotonic() < deadline, "released leases still held after the pause"
             await asyncio.sleep(0.05)
         while store.degraded:  # the refresh that failed in the pause comes back
             assert time.monotonic() < deadline, "the store never left its degraded state"
             await asyncio.sleep(0.05)
-        lease = await store.try_acquire("p", Slots(4))  # the pool is whole again, and shared
+        lease = await store.leases.try_acquire("p", Slots(4))  # the pool is whole again, and shared
         assert lease is not None and not lease.token.startswith("local:")
     finally:
         raw.execute_command("CLIENT", "UNPAUSE")
@@ -52,21 +52,21 @@ async def test_releases_that_fail_in_a_redis_pause_land_after_it_not_at_the_leas
 async def test_a_wrong_type_key_in_one_pool_sends_only_that_pool_local(redis_url, caplog):
     store = RedisStore(redis_url, ["p", "q"], lease_ttl_s=LEASE_TTL_S, refresh_s=0.05)
     raw = redis.Redis.from_url(redis_url)
-    raw.set(store.key("p"), "not a sorted set")
+    raw.set(store.leases.key("p"), "not a sorted set")
     await store.start()
     try:
-        broken = await store.try_acquire("p", Slots(4))
-        shared = await store.try_acquire("q", Slots(4))
+        broken = await store.leases.try_acquire("p", Slots(4))
+        shared = await store.leases.try_acquire("q", Slots(4))
         assert broken is not None and broken.token.startswith("local:")
         assert shared is not None and not shared.token.startswith("local:")
-        assert raw.zcard(store.key("q")) == 1 and not store.degraded
-        assert any(store.key("p") in r.getMessage() for r in caplog.records)  # says which key
-        raw.delete(store.key("p"))
+        assert raw.zcard(store.leases.key("q")) == 1 and not store.degraded
+        assert any(store.leases.key("p") in r.getMessage() for r in caplog.records)  # says which key
+        raw.delete(store.leases.key("p"))
         deadline = time.monotonic() + 10
-        while (mended := await store.try_acquire("p", Slots(4))) is None or mended.token.startswith("local:"):
+        while (mended := await store.leases.try_acquire("p", Slots(4))) is None or mended.token.startswith("local:"):
             assert time.monotonic() < deadline, "the pool never went back to shared slots"
             await asyncio.sleep(0.05)
-        assert raw.zcard(store.key("p")) == 1
+        assert raw.zcard(store.leases.key("p")) == 1
     finally:
         await store.close()
         raw.close()
@@ -123,7 +123,7 @@ async def test_the_keep_warm_budget_holds_across_replicas_and_a_leader_change(re
                 await asyncio.sleep(0.06)
             # the leader dies (it never resigns); the other takes over once its lease expires
             deadline = time.monotonic() + 10
-            while not await stores[1].lead(replicas[1].token, 1.0, "keep_warm"):
+            while not await stores[1].leadership.lead(replicas[1].token, 1.0, "keep_warm"):
                 assert time.monotonic() < deadline, "the other replica never took over"
                 await asyncio.sleep(0.1)
             for _ in range(20):

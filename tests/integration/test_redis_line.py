@@ -38,7 +38,7 @@ async def acquired(url: str) -> bool:
     store = RedisStore(url, ["p"])
     await store.start()
     try:
-        lease = await store.try_acquire("p", Slots(2))
+        lease = await store.leases.try_acquire("p", Slots(2))
         return lease is not None and not lease.token.startswith("local:")
     finally:
         await store.close()
@@ -67,9 +67,9 @@ async def test_the_line_uses_its_database(redis_server):
     store = RedisStore(f"redis://127.0.0.1:{redis_server.port}/3", ["p"])
     await store.start()
     try:
-        assert await store.try_acquire("p", Slots(2)) is not None
-        in_three = redis.Redis(port=redis_server.port, db=3).zcard(store.key("p"))
-        in_zero = redis.Redis(port=redis_server.port, db=0).zcard(store.key("p"))
+        assert await store.leases.try_acquire("p", Slots(2)) is not None
+        in_three = redis.Redis(port=redis_server.port, db=3).zcard(store.leases.key("p"))
+        in_zero = redis.Redis(port=redis_server.port, db=0).zcard(store.leases.key("p"))
     finally:
         await store.close()
     assert (in_three, in_zero) == (1, 0)

@@ -70,3 +70,33 @@ def test_every_path_the_repository_names_exists() -> None:
         if not any((base / name).exists() for base in (ROOT, ROOT / "docs", ROOT / "helm", p.parent))
     )
     assert not stale, stale
+
+
+def _classes() -> list[tuple[Path, ast.ClassDef]]:
+    return [
+        (path, node)
+        for path in SOURCES
+        if path.parts[len(ROOT.parts)] in ("router", "policies")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    ]
+
+
+def _base_name(base: ast.expr) -> str:
+    return base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
+
+
+def test_no_product_class_is_assembled_from_the_projects_own_classes_as_mixins() -> None:
+    """Issue 37: a store is a composition of role objects, not a class cut into mixins. A
+    Protocol may extend protocols (that is a type, not a product); any other class has at most
+    one base among the project's own classes."""
+    classes = _classes()
+    own = {node.name for _, node in classes}
+    assert {"RedisStore", "MemoryStore", "RedisLeases", "MemoryLeases"} <= own  # the walk finds them
+    mixed = [
+        f"{path.relative_to(ROOT)}: {node.name}({', '.join(names)})"
+        for path, node in classes
+        if "Protocol" not in (names := [_base_name(b) for b in node.bases])
+        and sum(name in own for name in names) > 1
+    ]
+    assert not mixed, f"compose role objects instead: {mixed}"

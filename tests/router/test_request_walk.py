@@ -190,14 +190,14 @@ async def test_the_walk(case):
 async def test_a_full_dedicated_pool_spills_as_saturated_and_a_dedicated_only_model_answers_503():
     upstreams = MockUpstreams({"ded": answers(OK), "sl1": answers(OK)})
     async with asgi_gateway(model_yaml(serverless=("sl1",), capacity=1), upstreams) as gw:
-        held = await gw.app.state.store.try_acquire("ded", Slots(1))
+        held = await gw.app.state.store.leases.try_acquire("ded", Slots(1))
         spilled = await gw.chat()
-        await gw.app.state.store.release(held)
+        await gw.app.state.store.leases.release(held)
     assert (spilled.headers["x-tidegate-route"], spilled.headers["x-tidegate-reason"]) == ("sl1", "saturated")
     async with asgi_gateway(model_yaml(serverless=(), capacity=1), MockUpstreams({"ded": answers(OK)})) as gw:
-        held = await gw.app.state.store.try_acquire("ded", Slots(1))
+        held = await gw.app.state.store.leases.try_acquire("ded", Slots(1))
         refused = await gw.chat()
-        await gw.app.state.store.release(held)
+        await gw.app.state.store.leases.release(held)
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "no_capacity"
 
@@ -215,7 +215,7 @@ async def test_keys_outside_the_canary_go_to_serverless_as_canary_out():
 async def test_an_open_circuit_is_skipped_as_circuit_open():
     upstreams = MockUpstreams({"ded": answers(OK), "sl1": answers(OK), "sl2": answers(OK)})
     async with asgi_gateway(model_yaml(), upstreams) as gw:
-        await gw.app.state.store.trip("m/ded", cooldown_s=30, max_cooldown_s=60)
+        await gw.app.state.store.circuits.trip("m/ded", cooldown_s=30, max_cooldown_s=60)
         reply = await gw.chat()
     assert (reply.headers["x-tidegate-route"], reply.headers["x-tidegate-reason"]) == ("sl1", "circuit_open")
 

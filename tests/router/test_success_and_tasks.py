@@ -123,7 +123,7 @@ async def test_automatic_checks_judge_served_answers(name, reply, extra, failed_
     async with asgi_gateway(model_yaml(dedicated=(), serverless=("sl1",)), upstreams) as gw:
         answer = await gw.chat(stream=stream, **extra)
         await gw.app.state.ledger.drained()
-        counts = (await gw.app.state.store.counts_window([route_key("m", "sl1")], 60))[route_key("m", "sl1")]
+        counts = (await gw.app.state.store.series.counts_window([route_key("m", "sl1")], 60))[route_key("m", "sl1")]
     assert answer.status_code == 200
     record = gw.outcomes.last
     assert record.measures.failed_check == failed_check
@@ -174,7 +174,7 @@ async def test_a_malformed_task_id_is_refused_before_any_upstream(task_id):
 async def _counts(gw, *endpoints: str) -> dict[str, dict[str, float]]:
     await gw.app.state.ledger.drained()
     routes = [route_key("m", e) for e in endpoints]
-    found = await gw.app.state.store.counts_window(routes, 60)
+    found = await gw.app.state.store.series.counts_window(routes, 60)
     return {e: found[route_key("m", e)] for e in endpoints}
 
 

@@ -1,22 +1,19 @@
-"""The control plane in one process: circuits, leader leases, canary runs and percents, applied
-probe rankings, spend ledgers."""
+"""The control plane in one process, a role class each: circuits, leader leases, canary runs and
+percents, applied probe rankings and parity verdicts, spend ledgers. Those that feed the
+snapshot give their fields (`snapshot_fields`), as the Redis store's feeds do."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Any
+
+from router.state.rankings import diverging, probe_order
 
 
-class MemoryControl:
+class MemoryCircuits:
     def __init__(self) -> None:
         self._circuits: dict[str, tuple[float, int]] = {}  # route -> (cooldown end, trips)
-        self._leaders: dict[str, tuple[str, float]] = {}  # role -> (token, until)
-        self._runs: dict[str, tuple[int, bytes | None]] = {}  # model -> (version, run JSON)
-        self._history: dict[str, deque[bytes]] = {}
-        self._canary: dict[str, float] = {}
-        self._probes: dict[str, bytes] = {}  # model -> the applied probe ranking (JSON)
-        self._parity: dict[str, bytes] = {}  # model -> the applied parity verdicts (JSON)
-        self._spent: dict[str, tuple[float, float]] = {}  # spend ledger -> (usd, expiry)
 
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         now = time.monotonic()
@@ -28,6 +25,14 @@ class MemoryControl:
 
     async def reset_circuit(self, route: str) -> None:
         self._circuits.pop(route, None)
+
+    def snapshot_fields(self) -> dict[str, Any]:
+        return {"circuit_open": {route: until for route, (until, _) in self._circuits.items()}}
+
+
+class MemoryLeadership:
+    def __init__(self) -> None:
+        self._leaders: dict[str, tuple[str, float]] = {}  # role -> (token, until)
 
     async def lead(self, token: str, ttl_s: float, role: str = "canary") -> bool:
         now = time.monotonic()
@@ -41,6 +46,20 @@ class MemoryControl:
         if self._leaders.get(role, ("", 0.0))[0] == token:
             self._leaders[role] = ("", 0.0)
 
+    def holds(self, token: str, role: str) -> bool:
+        holder, until = self._leaders.get(role, ("", 0.0))
+        return holder == token and until >= time.monotonic()
+
+
+class MemoryCanaryRuns:
+    """Canary runs are fenced by the canary leader lease, as the Redis script fences them."""
+
+    def __init__(self, leadership: MemoryLeadership) -> None:
+        self._leadership = leadership
+        self._runs: dict[str, tuple[int, bytes | None]] = {}  # model -> (version, run JSON)
+        self._history: dict[str, deque[bytes]] = {}
+        self._canary: dict[str, float] = {}
+
     async def canary_run(self, model: str) -> tuple[int, bytes | None]:
         return self._runs.get(model, (0, None))
 
@@ -50,8 +69,7 @@ class MemoryControl:
     async def write_canary(
         self, model: str, run: bytes, event: bytes | None, *, version: int, leader: str | None, history: int
     ) -> int:
-        holder, until = self._leaders.get("canary", ("", 0.0))
-        if leader is not None and (holder != leader or until < time.monotonic()):
+        if leader is not None and not self._leadership.holds(leader, "canary"):
             return 0
         current, _ = self._runs.get(model, (0, None))
         if current != version:
@@ -68,17 +86,38 @@ class MemoryControl:
     async def clear_canary(self, model: str) -> None:
         self._canary.pop(model, None)
 
+    def snapshot_fields(self) -> dict[str, Any]:
+        return {"canary_percent": dict(self._canary)}
+
+
+class MemoryRankings:
+    def __init__(self) -> None:
+        self._probes: dict[str, bytes] = {}  # model -> the applied probe ranking (JSON)
+        self._parity: dict[str, bytes] = {}  # model -> the applied parity verdicts (JSON)
+        self._orders: dict[str, tuple[str, ...]] = {}  # read once, when applied
+        self._diverging: dict[str, frozenset[str]] = {}
+
     async def set_probe(self, model: str, ranking: bytes) -> None:
         self._probes[model] = ranking
+        self._orders[model] = probe_order(ranking)
 
     async def probe(self, model: str) -> bytes | None:
         return self._probes.get(model)
 
     async def set_parity(self, model: str, verdicts: bytes) -> None:
         self._parity[model] = verdicts
+        self._diverging[model] = diverging(verdicts)
 
     async def parity(self, model: str) -> bytes | None:
         return self._parity.get(model)
+
+    def snapshot_fields(self) -> dict[str, Any]:
+        return {"probe_order": dict(self._orders), "parity_diverges": dict(self._diverging)}
+
+
+class MemorySpend:
+    def __init__(self) -> None:
+        self._spent: dict[str, tuple[float, float]] = {}  # spend ledger -> (usd, expiry)
 
     async def try_spend(self, ledger: str, usd: float, cap_usd: float, ttl_s: float) -> bool:
         now = time.monotonic()

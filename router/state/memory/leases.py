@@ -9,6 +9,7 @@ import contextlib
 import itertools
 from collections import defaultdict, deque
 from collections.abc import Sequence
+from typing import Any
 
 from router.state.slots import Lease, Slots
 
@@ -106,6 +107,13 @@ class MemoryLeases:
 
     def pending_prompt_tokens(self) -> dict[str, int]:
         return dict(self._pending_sum)
+
+    def snapshot_fields(self) -> dict[str, Any]:
+        return {
+            "in_flight": dict(self._used),
+            "waiting": {pool: len(queue) for pool, queue in self._queues.items()},
+            "pending_prompt_tokens": dict(self._pending_sum),
+        }
 
     def forget_leases(self) -> None:
         """At close: nothing is held any more."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from policies.types import Snapshot
 from router.state.latency import (
@@ -62,3 +63,6 @@ class MemorySeries:
         self._figures = Snapshot(
             now=time.monotonic(), ttft=figures_by_route(ttft.items()), e2e=figures_by_route(e2e.items())
         )
+
+    def snapshot_fields(self) -> dict[str, Any]:
+        return {"ttft": self._figures.ttft, "e2e": self._figures.e2e}

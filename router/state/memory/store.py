@@ -1,6 +1,7 @@
-"""The embedded store: one process, one event loop, no I/O. The default without Redis. It is
-its roles composed (router/state/roles.py): leases, series, control, tasks, each a module of
-this folder, as the Redis store's are (router/state/redis/)."""
+"""The embedded store: one process, one event loop, no I/O. The default without Redis. One role
+object each (router/state/roles.py), as the Redis store's (router/state/redis/store.py):
+leases, series, circuits, leadership, canary runs, rankings, spend, tasks, quotas. The roles
+that feed the snapshot give their own fields; `snapshot()` joins them."""
 
 from __future__ import annotations
 
@@ -8,20 +9,30 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from policies.types import Snapshot
 from router.periodic import Loops
-from router.state.memory.control import MemoryControl
+from router.state.memory.control import (
+    MemoryCanaryRuns,
+    MemoryCircuits,
+    MemoryLeadership,
+    MemoryRankings,
+    MemorySpend,
+)
 from router.state.memory.leases import MemoryLeases
 from router.state.memory.series import MemorySeries
 from router.state.memory.tasks import MemoryTasks
 from router.state.quota import MemoryQuotas
-from router.state.rankings import diverging, probe_order
 
 _REFRESH_S = 1.0
 
 
-class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks, MemoryQuotas):
+class _Feed(Protocol):
+    def snapshot_fields(self) -> dict[str, Any]: ...
+
+
+class MemoryStore:
     name = "memory"
     degraded = False  # nothing to lose contact with
     fallback_admissions = 0
@@ -37,31 +48,28 @@ class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks, Memory
     ) -> None:
         self.loops = loops or Loops()
         self.started_at = time.time()  # the gateway (one process) exists from here: reports bill from it
-        MemoryLeases.__init__(self)
-        MemorySeries.__init__(self, routes, window_s, retention_s)
-        MemoryControl.__init__(self)
-        MemoryTasks.__init__(self, max_tasks)
-        MemoryQuotas.__init__(self)
+        self.leases = MemoryLeases()
+        self.series = MemorySeries(routes, window_s, retention_s)
+        self.circuits = MemoryCircuits()
+        self.leadership = MemoryLeadership()
+        self.canary = MemoryCanaryRuns(self.leadership)
+        self.rankings = MemoryRankings()
+        self.spend = MemorySpend()
+        self.tasks = MemoryTasks(max_tasks)
+        self.quotas = MemoryQuotas()
+        self._feeds: tuple[_Feed, ...] = (self.leases, self.series, self.circuits, self.canary, self.rankings)
         self._task: asyncio.Task[None] | None = None
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(
-            now=time.monotonic(),
-            in_flight=self.in_flight(),
-            waiting=self.waiting(),
-            pending_prompt_tokens=self.pending_prompt_tokens(),
-            canary_percent=dict(self._canary),
-            circuit_open={route: until for route, (until, _) in self._circuits.items()},
-            ttft=self._figures.ttft,
-            e2e=self._figures.e2e,
-            probe_order={model: probe_order(raw) for model, raw in self._probes.items()},
-            parity_diverges={model: diverging(raw) for model, raw in self._parity.items()},
-        )
+        fields: dict[str, Any] = {}
+        for feed in self._feeds:
+            fields.update(feed.snapshot_fields())
+        return Snapshot(now=time.monotonic(), **fields)
 
     async def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
-                self.loops.every("store refresh", _REFRESH_S, self.refresh)
+                self.loops.every("store refresh", _REFRESH_S, self.series.refresh)
             )
 
     async def ping(self) -> bool:
@@ -73,4 +81,4 @@ class MemoryStore(MemoryLeases, MemorySeries, MemoryControl, MemoryTasks, Memory
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self.forget_leases()
+        self.leases.forget_leases()

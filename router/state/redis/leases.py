@@ -38,7 +38,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from router.errors import StoreUnavailable
 from router.state.memory.leases import MemoryLeases
-from router.state.redis.parts import RedisParts, log
+from router.state.redis.link import Command, RedisLink, log
 from router.state.redis.scripts import ACQUIRE, COUNT, FORGET_PENDING, REMOVE, RENEW
 from router.state.slots import Lease, Slots, members
 
@@ -50,20 +50,25 @@ _FORGET_EVERY_S = 0.5
 _PREFILL_KEPT_S = 86400
 
 
-class RedisLeases(RedisParts):
-    _local: MemoryLeases  # admission while Redis (or one pool's keys) is unusable
-    _fallback_share: float
-    fallback_admissions: int
-    _held: dict[str, set[str]]  # pool -> the lease members this process holds (renewed)
-    _broken: set[str]  # pools whose keys Redis refuses (wrong type): local slots
-    _released: dict[str, asyncio.Event]
-    _cleanups: set[asyncio.Task[None]]
+class RedisLeases:
+    """Dedicated slots (roles.Leases, roles.PrefillShare) and the pools' counts in the snapshot."""
+
+    def __init__(self, link: RedisLink) -> None:
+        self._link = link
+        self._batch, self._keys = link.batch, link.keys
+        self._ttl_ms = link.settings.ttl_ms
+        self._local = MemoryLeases()  # admission while Redis (or one pool's keys) is unusable
+        self.fallback_admissions = 0
+        self._held: dict[str, set[str]] = {}  # pool -> the lease members this process holds (renewed)
+        self._broken: set[str] = set()  # pools whose keys Redis refuses (wrong type): local slots
+        self._released: dict[str, asyncio.Event] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()
 
     def key(self, pool: str) -> str:
         return self._keys.slots(pool)
 
     async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None:
-        if self.degraded or pool in self._broken:
+        if self._link.degraded or pool in self._broken:
             return await self._acquire_locally(pool, slots, wait_s)
         token = uuid.uuid4().hex
         keys = self._keys.acquire(pool, token)
@@ -75,7 +80,7 @@ class RedisLeases(RedisParts):
             return await self._acquire_locally(pool, slots, wait_s)
         except RedisError as exc:
             self._forget_later(keys, token, slots.weight)
-            self._degrade(exc)
+            self._link.degrade(exc)
             return await self._acquire_locally(pool, slots, wait_s)
         except BaseException:
             self._forget_later(keys, token, slots.weight)
@@ -109,7 +114,7 @@ class RedisLeases(RedisParts):
             pause = min(pause * 1.5, _POLL_MAX_S)
 
     async def _acquire_locally(self, pool: str, slots: Slots, wait_s: float) -> Lease | None:
-        local = replace(slots, capacity=max(1, int(slots.capacity * self._fallback_share)))
+        local = replace(slots, capacity=max(1, int(slots.capacity * self._link.settings.fallback_share)))
         lease = await self._local.try_acquire(pool, local, wait_s)
         if lease is None:
             return None
@@ -129,29 +134,39 @@ class RedisLeases(RedisParts):
             )
         self._broken.add(pool)
 
-    def pool_counts(self, answers: Sequence[Any]) -> dict[str, Any]:
-        """Each pool's (in flight, waiting, pending tokens) from the refresh's COUNT replies; a
-        pool whose keys Redis refused is broken (local slots), one that answers again mended."""
-        found = {}
-        for pool, answer in zip(self._pools, answers, strict=True):
-            if isinstance(answer, ResponseError):
-                self._break(pool, answer)
-            elif isinstance(answer, BaseException):
-                raise answer
-            else:
-                if pool in self._broken:
-                    log.warning("state store: the keys of pool %s answer again: shared slots", pool)
-                    self._broken.discard(pool)
-                found[pool] = answer
-        return found
-
-    def count_commands(self) -> list[tuple[Any, ...]]:
+    def refresh_commands(self) -> list[Command]:
         """The refresh's read of every pool: live leases, waiters, pending prompt tokens."""
-        commands: list[tuple[Any, ...]] = []
-        for pool in self._pools:
+        commands: list[Command] = []
+        for pool in self._link.settings.pools:
             line = self._keys.line(pool)
             commands.append(("EVAL", COUNT, 3, line[0], line[1], line[4]))
         return commands
+
+    def read_refresh(self, answers: Sequence[Any]) -> dict[str, Any]:
+        """Each pool's counts from its COUNT reply; a pool whose keys Redis refused is broken
+        (local slots), one that answers again mended. A pool's own error breaks that pool only."""
+        counts = {}
+        for pool, answer in zip(self._link.settings.pools, answers, strict=True):
+            if isinstance(answer, ResponseError):
+                self._break(pool, answer)
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            if pool in self._broken:
+                log.warning("state store: the keys of pool %s answer again: shared slots", pool)
+                self._broken.discard(pool)
+            if n := self._link.readings.value(f"pool {pool}", answer, _counts):
+                counts[pool] = n
+        return {
+            "in_flight": {pool: n[0] for pool, n in counts.items()},
+            "waiting": {pool: n[1] for pool, n in counts.items()},
+            "pending_prompt_tokens": {pool: n[2] for pool, n in counts.items()},
+        }
+
+    @property
+    def broken(self) -> set[str]:
+        """The pools deciding locally while their keys are unusable."""
+        return self._broken
 
     async def _remove(self, keys: list[str], token: str, weight: int) -> None:
         """`token` out of the pool's slots (all `weight` members), its line and its pending
@@ -169,7 +184,7 @@ class RedisLeases(RedisParts):
                     await self._remove(keys, token, weight)
                     return
                 except RedisError:
-                    if time.monotonic() > give_up or self._stopping.is_set():
+                    if time.monotonic() > give_up or self._link.stopping.is_set():
                         return
                     await asyncio.sleep(_FORGET_EVERY_S)
 
@@ -272,6 +287,10 @@ def _reply_int(reply: Any) -> int:
         return int(reply)
     except (TypeError, ValueError):
         raise ResponseError(f"an unexpected reply to the acquire: {reply!r:.80}") from None
+
+
+def _counts(answer: Any) -> tuple[int, int, int]:
+    return int(answer[0]), int(answer[1]), int(answer[2])
 
 
 def _raise_first(answers: Sequence[Any]) -> None:

@@ -5,14 +5,13 @@ Neither ends the refresh nor degrades the store; only Redis being unreachable do
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from redis.exceptions import RedisError, ResponseError
 
-from router.state.redis.parts import log
-from router.state.redis.series import as_mapping
-
+log = logging.getLogger("tidegate.state")
 T = TypeVar("T")
 _UNREADABLE = (ValueError, TypeError, UnicodeDecodeError, AttributeError, IndexError, KeyError)
 _MAX_WARNED = 1000  # named problems remembered, so one that persists is logged once
@@ -65,3 +64,10 @@ class Readings:
             self._warned.clear()
         self._warned.add(key)
         log.warning("state store: %s: %s", what, why)
+
+
+def as_mapping(reply: Any) -> dict[bytes, bytes]:
+    """A hash's fields from HGETALL: a map in RESP3 (and from redis-py), pairs in RESP2."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2], strict=True))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -33,7 +32,8 @@ from router.state.latency import (
     slice_of,
     slices_in_window,
 )
-from router.state.redis.parts import RedisParts, log
+from router.state.redis.link import RedisLink, log
+from router.state.redis.readings import as_mapping
 from router.state.redis.scripts import MERGE
 
 _FINE_TTL_S = 2 * 3600  # 10 s slices serve windows up to an hour; the rollups keep the rest
@@ -42,9 +42,14 @@ Slices = Mapping[tuple[str, Metric, int], Histogram]
 Counted = Mapping[tuple[str, int], Counts]
 
 
-class RedisSeries(RedisParts):
-    _book: LatencyBook
-    _counts: CountBook
+class RedisSeries:
+    """Samples and the windows over them (roles.Samples, roles.Windows); the snapshot's latency
+    figures, refreshed every second (`refresh_latency`)."""
+
+    def __init__(self, link: RedisLink) -> None:
+        self._link = link
+        self._batch, self._keys = link.batch, link.keys
+        self._book, self._counts = LatencyBook(), CountBook()
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:
         self._book.observe(route, metric, value_ms, time.time())
@@ -90,11 +95,10 @@ class RedisSeries(RedisParts):
 
     async def refresh_latency(self) -> None:
         """Recompute every route's windowed figures from the merged slices in Redis."""
-        ttft = await self.latency_window(self._routes, Metric.TTFT, self._window_s)
-        e2e = await self.latency_window(self._routes, Metric.E2E, self._window_s)
-        self._snapshot = replace(
-            self._snapshot, ttft=figures_by_route(ttft.items()), e2e=figures_by_route(e2e.items())
-        )
+        routes, window_s = self._link.settings.routes, self._link.settings.window_s
+        ttft = await self.latency_window(routes, Metric.TTFT, window_s)
+        e2e = await self.latency_window(routes, Metric.E2E, window_s)
+        self._link.publish(ttft=figures_by_route(ttft.items()), e2e=figures_by_route(e2e.items()))
 
     async def _window_slices(
         self, routes: Sequence[str], window_s: float, key: Callable[[str, int, int], str]
@@ -131,7 +135,7 @@ class RedisSeries(RedisParts):
         """Each MERGE is a script call of its own, so one a restarted Redis did not know is
         loaded and sent again alone, the others not (they were applied). On a cluster the
         rollups live in other hash slots: plain commands, each routed to its node."""
-        if self._cluster:
+        if self._link.cluster:
             answers = await self._batch.call_all(self._merge_commands(slices, counted), lazy=True)
             errors = [answer for answer in answers if isinstance(answer, BaseException)]
             if errors:
@@ -145,7 +149,8 @@ class RedisSeries(RedisParts):
         )
 
     def _rollup_ttl(self, step: int) -> int:
-        return self._retention_s if step > SLICE_S else min(self._retention_s, _FINE_TTL_S)
+        retention_s = self._link.settings.retention_s
+        return retention_s if step > SLICE_S else min(retention_s, _FINE_TTL_S)
 
     def _merge_scripts(self, slices: Slices, counted: Counted) -> list[tuple[list[str], list[Any]]]:
         """The keys and arguments of one MERGE per 10 s slice, into the slice and its rollups."""
@@ -189,10 +194,3 @@ class RedisSeries(RedisParts):
                 ]
                 commands.append(("EXPIRE", key, ttl))
         return commands
-
-
-def as_mapping(reply: Any) -> dict[bytes, bytes]:
-    """A hash's fields from HGETALL: a map in RESP3 (and from redis-py), pairs in RESP2."""
-    if isinstance(reply, dict):
-        return reply
-    return dict(zip(reply[::2], reply[1::2], strict=True))

@@ -1,8 +1,9 @@
-"""The shared store, for many workers and replicas: its roles composed (router/state/roles.py),
-each a module of this folder: leases (dedicated slots and the line for them), series (latency
-histograms and counters), control (circuits, leader leases, canary runs, rankings, spend),
-tasks. Every command goes down one Batcher (router/state/redis/batch.py): on a single Redis,
-one connection of the store's own (line.py); on Redis Cluster, redis-py's cluster client.
+"""The shared store, for many workers and replicas: one role object each (router/state/roles.py)
+over one link (router/state/redis/link.py): leases (dedicated slots and the line for them),
+series (latency histograms and counters), circuits, leadership, canary runs, rankings, spend
+(control.py), tasks and quotas. Consumers take the role they use (`store.leases`, ...).
+Every command goes down one Batcher (router/state/redis/batch.py): on a single Redis, one
+connection of the store's own (line.py); on Redis Cluster, redis-py's cluster client.
 
 On the request path Redis costs exactly one round trip: the acquire (the release and the
 task settlement linger up to 2 ms for the next request's acquire and travel with it).
@@ -30,17 +31,19 @@ from redis.exceptions import RedisError
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
 from router.periodic import Loops
-from router.state.latency import CountBook, LatencyBook
-from router.state.memory.leases import MemoryLeases
-from router.state.rankings import diverging, probe_order
 from router.state.redis.address import BadRedisUrl, RedisAddress, read_url, redacted
 from router.state.redis.batch import TIMEOUT_S, Batcher
-from router.state.redis.control import RedisControl
+from router.state.redis.control import (
+    RedisCanaryRuns,
+    RedisCircuits,
+    RedisLeadership,
+    RedisRankings,
+    RedisSpend,
+)
 from router.state.redis.keys import Keys
 from router.state.redis.leases import RedisLeases
-from router.state.redis.parts import log
+from router.state.redis.link import LinkSettings, RedisLink, SnapshotFeed, log
 from router.state.redis.quotas import RedisQuotas
-from router.state.redis.readings import Readings
 from router.state.redis.series import RedisSeries
 from router.state.redis.tasks import RedisTasks
 from router.state.roles import StoreUnreachableAtStart
@@ -63,7 +66,9 @@ def target_of(url: str, *, cluster: bool, timeout_s: float = TIMEOUT_S) -> Redis
     return address
 
 
-class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas):
+class RedisStore:
+    """The roles over one link; `feeds` are the roles the refresh reads for the snapshot."""
+
     name = "redis"
 
     def __init__(
@@ -90,101 +95,93 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
             target = target_of(url, cluster=cluster, timeout_s=timeout_s)
         except BadRedisUrl as exc:
             raise StoreUnreachableAtStart(f"state.redis_url: {exc}") from None
-        self._cluster = isinstance(target, RedisCluster)
-        self._batch = Batcher(target, timeout_s)
-        self._keys = Keys(prefix)
+        settings = LinkSettings(
+            pools=tuple(sorted(set(pools))),
+            routes=tuple(sorted(set(routes))),
+            ttl_ms=int(lease_ttl_s * 1000),
+            window_s=window_s,
+            retention_s=int(retention_s),
+            fallback_share=fallback_share,
+        )
+        self._link = link = RedisLink(
+            Batcher(target, timeout_s), Keys(prefix), settings, cluster=isinstance(target, RedisCluster)
+        )
+        self.leases = RedisLeases(link)
+        self.series = RedisSeries(link)
+        self.circuits = RedisCircuits(link)
+        self.leadership = RedisLeadership(link)
+        self.canary = RedisCanaryRuns(link)
+        self.rankings = RedisRankings(link)
+        self.spend = RedisSpend(link)
+        self.tasks = RedisTasks(link)
+        self.quotas = RedisQuotas(link)
+        self._feeds: tuple[SnapshotFeed, ...] = (self.leases, self.circuits, self.canary, self.rankings)
         self._start_degraded = start_degraded
         self.started_at = time.time()  # this process; the first replica's once start() read it
-        self._pools = sorted(set(pools))
-        self._routes = sorted(set(routes))
-        self._ttl_ms = int(lease_ttl_s * 1000)
         self._refresh_s, self._flush_s = refresh_s, flush_s
-        self._window_s = window_s
-        self._retention_s = int(retention_s)
-        self._fallback_share = fallback_share
-        self._local = MemoryLeases()
-        self.degraded = False
-        self.fallback_admissions = 0
-        self._held, self._broken, self._released = {}, set(), {}
-        self._book, self._counts = LatencyBook(), CountBook()
-        self._readings = Readings()
-        self._snapshot = Snapshot(now=0.0)
         self._tasks: list[asyncio.Task[None]] = []
-        self._cleanups = set()
-        self._stopping = asyncio.Event()
+
+    @property
+    def degraded(self) -> bool:
+        return self._link.degraded
+
+    @property
+    def fallback_admissions(self) -> int:
+        return self.leases.fallback_admissions
 
     def snapshot(self) -> Snapshot:
-        if not self.degraded and not self._broken:
-            return replace(self._snapshot, now=time.monotonic())
-        in_flight, waiting, pending = self.local_counts()
-        shared, now = self._snapshot, time.monotonic()
-        if self.degraded:  # every pool's slots are local now
+        broken = self.leases.broken
+        if not self._link.degraded and not broken:
+            return replace(self._link.snapshot, now=time.monotonic())
+        in_flight, waiting, pending = self.leases.local_counts()
+        shared, now = self._link.snapshot, time.monotonic()
+        if self._link.degraded:  # every pool's slots are local now
             return replace(
                 shared, now=now, in_flight=in_flight, waiting=waiting, pending_prompt_tokens=pending
             )
         return replace(  # those pools' slots are local: so are their counts
             shared,
             now=now,
-            in_flight={**shared.in_flight, **_only(in_flight, self._broken)},
-            waiting={**shared.waiting, **_only(waiting, self._broken)},
-            pending_prompt_tokens={**shared.pending_prompt_tokens, **_only(pending, self._broken)},
+            in_flight={**shared.in_flight, **_only(in_flight, broken)},
+            waiting={**shared.waiting, **_only(waiting, broken)},
+            pending_prompt_tokens={**shared.pending_prompt_tokens, **_only(pending, broken)},
         )
 
     async def refresh(self) -> None:
-        """Read every pool's live lease and waiter counts, the canary overrides, the rankings
-        and the open circuits (sent at once). The snapshot is replaced, never mutated, so
-        readers need no copy. Failing marks the store degraded; succeeding ends that."""
+        """Read every feed's share of the snapshot (pool counts, canary percents, rankings,
+        parity verdicts, open circuits) in one round trip. The snapshot is replaced, never
+        mutated, so readers need no copy. Failing marks the store degraded; succeeding ends that."""
         try:
             await self._refresh()
         except RedisError as exc:
-            self._degrade(exc)
+            self._link.degrade(exc)
             raise
-        if self.degraded:
+        if self._link.degraded:
             log.warning("state store: Redis is back, shared state again")
-            self.degraded = False
+            self._link.degraded = False
 
     async def _refresh(self) -> None:
-        keys, shared, read = self._keys, self._snapshot, self._readings
-        head = [("HGETALL", keys.canary_percent), ("HGETALL", keys.rankings), ("HGETALL", keys.parity)]
-        answers = await self._batch.call_all([*head, *self.count_commands(), *self.circuit_commands()])
-        pools_end = len(head) + len(self._pools)
-        pools = self.pool_counts(answers[len(head) : pools_end])  # a pool's own error breaks that pool only
-        canary = read.mapping("canary percents", answers[0], float, shared.canary_percent)
-        rankings = read.mapping("probe rankings", answers[1], probe_order, shared.probe_order)
-        parity = read.mapping("parity verdicts", answers[2], diverging, shared.parity_diverges)
-        now = time.monotonic()
-        circuits = {}
-        for route, answer in zip(self._routes, answers[pools_end:], strict=True):
-            left_ms = read.value(f"the circuit of {route}", answer, _left_ms)
-            if left_ms is not None:
-                circuits[route] = now + left_ms / 1000
-        counts = {
-            pool: n for pool, answer in pools.items() if (n := read.value(f"pool {pool}", answer, _counts))
-        }
-        self._snapshot = replace(
-            shared,
-            in_flight={pool: n[0] for pool, n in counts.items()},
-            waiting={pool: n[1] for pool, n in counts.items()},
-            pending_prompt_tokens={pool: n[2] for pool, n in counts.items()},
-            canary_percent=canary,
-            circuit_open=circuits,
-            probe_order=rankings,
-            parity_diverges=parity,
-        )
+        asked = [feed.refresh_commands() for feed in self._feeds]
+        answers = await self._link.batch.call_all([command for commands in asked for command in commands])
+        fields: dict[str, Any] = {}
+        at = 0
+        for feed, commands in zip(self._feeds, asked, strict=True):
+            fields.update(feed.read_refresh(answers[at : at + len(commands)]))
+            at += len(commands)
+        self._link.publish(**fields)
 
     async def ping(self) -> bool:
         try:
-            return bool(await self._batch.call("PING"))
+            return bool(await self._link.batch.call("PING"))
         except RedisError:
             return False
 
     async def _first_start(self) -> None:
         """`started_at`: when the first replica sharing this Redis started (kept there), so a
         report bills dedicated capacity only from when the gateway existed, not a whole window."""
-        await self._ask(
-            "the start time could not be stored", "SET", self._keys.started_at, repr(self.started_at), "NX"
-        )
-        found = await self._ask("the start time could not be read", "GET", self._keys.started_at)
+        link, key = self._link, self._link.keys.started_at
+        await link.ask("the start time could not be stored", "SET", key, repr(self.started_at), "NX")
+        found = await link.ask("the start time could not be read", "GET", key)
         self.started_at = min(self.started_at, float(found)) if found else self.started_at
 
     async def start(self) -> None:
@@ -201,24 +198,24 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
                     f"state.redis_url: cannot use Redis at {self._url} ({type(exc).__name__}: {exc}); "
                     "fix it, or set state.start_degraded: true to start with per-process slots"
                 ) from None  # the message carries the cause; its traceback would only bury it
-            self.degraded = True
+            self._link.degraded = True
             log.error(
                 "state store: Redis at %s unreachable at start; state.start_degraded is set, so this "
                 "process decides locally (fallback_share of each pool) until Redis answers: %s",
                 self._url,
                 exc,
             )
-        if not self.degraded:
+        if not self._link.degraded:
             await self._first_start()
         survives = (RedisError, StoreUnavailable)  # Redis away: log, keep trying
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self.loops.every(name, interval, step, self._stopping, survives=survives))
+            loop.create_task(self.loops.every(name, interval, step, self._link.stopping, survives=survives))
             for name, interval, step in (
                 ("store refresh", self._refresh_s, self.refresh),
-                ("lease renewal", self._ttl_ms / 3000, self.renew),
-                ("sample flush", self._flush_s, self.flush),
-                ("latency refresh", 1.0, self.refresh_latency),
+                ("lease renewal", self._link.settings.ttl_ms / 3000, self.leases.renew),
+                ("sample flush", self._flush_s, self.series.flush),
+                ("latency refresh", 1.0, self.series.refresh_latency),
             )
         ]
 
@@ -226,28 +223,18 @@ class RedisStore(RedisLeases, RedisSeries, RedisControl, RedisTasks, RedisQuotas
         """Flush what is buffered, give back every lease still held (requests cancelled at
         the end of a drain), then stop the background work (bounded: a task stuck in I/O is
         abandoned after 2 s)."""
-        self._stopping.set()
+        self._link.stopping.set()
         with contextlib.suppress(RedisError, TimeoutError):
-            await asyncio.wait_for(self.flush(), 1.0)
+            await asyncio.wait_for(self.series.flush(), 1.0)
         with contextlib.suppress(RedisError, TimeoutError):
-            await asyncio.wait_for(self.release_all(), 1.0)
+            await asyncio.wait_for(self.leases.release_all(), 1.0)
         for task in self._tasks:
             task.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2.0)
         self._tasks.clear()
-        await self._batch.close()
+        await self._link.batch.close()
 
 
 def _only(counts: Mapping[str, int], pools: set[str]) -> dict[str, int]:
     return {pool: counts.get(pool, 0) for pool in pools}
-
-
-def _left_ms(answer: Any) -> int | None:
-    """A circuit's reply: the milliseconds its cooldown has left (None: closed)."""
-    (left,) = answer
-    return None if left is None else int(left)
-
-
-def _counts(answer: Any) -> tuple[int, int, int]:
-    return int(answer[0]), int(answer[1]), int(answer[2])

@@ -14,12 +14,12 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
-from router.state.redis.parts import RedisParts
+from router.state.redis.link import RedisRole
 from router.state.redis.scripts import EARLY_MARK, LINK_REQUEST, SETTLE_TASK, TASK_FEEDBACK
 from router.state.tasks import EarlyBound, Feedback, FeedbackResult, Settlement, TaskState
 
 
-class RedisTasks(RedisParts):
+class RedisTasks(RedisRole):
     def task_key(self, name: str) -> str:
         return self._keys.task(name)
 
