@@ -99,14 +99,20 @@ class Histogram:
     @classmethod
     def from_fields(cls, fields: Mapping[bytes, bytes]) -> Histogram:
         histogram = cls()
+        histogram.add_fields(fields)
+        return histogram
+
+    def add_fields(self, fields: Mapping[bytes, bytes]) -> None:
+        """Merge a stored slice's hash in place (a window read adds hundreds of them)."""
+        counts = self.counts
         for name, value in fields.items():
             if name == b"s":
-                histogram.total = float(value)
+                self.total += float(value)
             elif name == b"q":
-                histogram.total_sq = float(value)
+                self.total_sq += float(value)
             else:
-                histogram.counts[int(name)] = int(value)
-        return histogram
+                bucket = int(name)
+                counts[bucket] = counts.get(bucket, 0) + int(value)
 
 
 SliceKey = tuple[str, Metric, int]  # (route, metric, slice start)

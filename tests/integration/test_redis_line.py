@@ -216,3 +216,29 @@ def test_wait_until_sees_the_guarded_server_answer(guarded):
     client = redis.Redis(port=guarded.port, password="s3cret")
     wait_until(lambda: bool(client.ping()))
     assert asyncio.run(acquired(guarded.url))
+
+
+async def test_an_acquire_never_waits_behind_a_background_command(redis_server, redis_url):
+    """Acquires and releases have a connection of their own (issue 37): one blocked behind a
+    slow background reply (here a BLPOP nobody answers yet, standing for a long window read)
+    is answered first, where on a shared connection it would wait for that reply (FIFO)."""
+    store = RedisStore(redis_url, ["p"], timeout_s=10.0, prefix="lanes")
+    await store.start()
+    try:
+        slow = asyncio.create_task(store._link.batch.call("BLPOP", "lanes:never", 8))
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while _blocked_clients(redis_server) < 1:  # the BLPOP is in Redis, blocking its connection
+            assert asyncio.get_running_loop().time() < deadline, "the BLPOP never reached Redis"
+            await asyncio.sleep(0.01)
+        lease = await store.leases.try_acquire("p", Slots(1))
+        assert lease is not None
+        await store.leases.release(lease)
+        assert not slow.done(), "the acquire was answered only after the background command"
+        redis.Redis(port=redis_server.port).lpush("lanes:never", "done")
+        assert await slow == [b"lanes:never", b"done"]
+    finally:
+        await store.close()
+
+
+def _blocked_clients(server: RedisServer) -> int:
+    return int(redis.Redis(port=server.port).info("clients")["blocked_clients"])

@@ -43,10 +43,14 @@ class Batcher:
     """How a single Redis is spoken to. Our own line; bench/redis_clients.py puts a maintained
     client's pipeline here to compare their cost per request (docs/benchmarks.md)."""
 
-    def __init__(self, target: RedisAddress | RedisCluster, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self, target: RedisAddress | RedisCluster, timeout_s: float = TIMEOUT_S, *, closes_client: bool = True
+    ) -> None:
         """`target`: a single Redis (its own line, cut after `timeout_s` without a reply) or a
-        cluster client (redis-py, with its own socket timeouts)."""
+        cluster client (redis-py, with its own socket timeouts; closed with this batcher unless
+        `closes_client` is False: another batcher shares it)."""
         self._cluster = target if isinstance(target, RedisCluster) else None
+        self._closes_client = closes_client
         self._line = Batcher.line_factory(target, timeout_s) if isinstance(target, RedisAddress) else None
         self._waiting: list[tuple[Command, asyncio.Future[Any]]] = []
         self._scheduled = False
@@ -169,7 +173,7 @@ class Batcher:
             await asyncio.wait(waiting, timeout=timeout_s)
         if self._line is not None:
             await self._line.close()
-        if self._cluster is not None:
+        if self._cluster is not None and self._closes_client:
             await self._cluster.aclose()
 
 

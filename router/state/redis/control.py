@@ -25,7 +25,7 @@ class RedisCircuits(RedisRole):
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         args = [int(cooldown_s * 1000), int(max_cooldown_s * 1000)]
         left_ms = int(
-            await self._link.run(
+            await self._run(
                 f"the circuit of {route} could not be opened", TRIP, [self._keys.breaker(route)], args
             )
         )
@@ -34,7 +34,7 @@ class RedisCircuits(RedisRole):
         return left_ms / 1000
 
     async def reset_circuit(self, route: str) -> None:
-        await self._link.ask(f"the circuit of {route} could not be closed", "DEL", self._keys.breaker(route))
+        await self._ask(f"the circuit of {route} could not be closed", "DEL", self._keys.breaker(route))
         circuits = {k: v for k, v in self._link.snapshot.circuit_open.items() if k != route}
         self._link.publish(circuit_open=circuits)
 
@@ -57,9 +57,7 @@ class RedisLeadership(RedisRole):
     async def lead(self, token: str, ttl_s: float, role: str = "canary") -> bool:
         key = self._keys.leader(role)
         return bool(
-            await self._link.run(
-                "the leader lease could not be checked", LEAD, [key], [token, int(ttl_s * 1000)]
-            )
+            await self._run("the leader lease could not be checked", LEAD, [key], [token, int(ttl_s * 1000)])
         )
 
     async def resign(self, token: str, role: str = "canary") -> None:
@@ -79,14 +77,12 @@ class RedisCanaryRuns(RedisRole):
 
     async def canary_run(self, model: str) -> tuple[int, bytes | None]:
         key = self._keys.canary(model)[1]
-        version, run = await self._link.ask(
-            "the canary run could not be read", "HMGET", key, "version", "json"
-        )
+        version, run = await self._ask("the canary run could not be read", "HMGET", key, "version", "json")
         return int(version or 0), run
 
     async def canary_history(self, model: str, limit: int) -> list[bytes]:
         key = self._keys.canary(model)[2]
-        found = await self._link.ask("the canary history could not be read", "LRANGE", key, 0, limit - 1)
+        found = await self._ask("the canary history could not be read", "LRANGE", key, 0, limit - 1)
         return [e if isinstance(e, bytes) else str(e).encode() for e in found]
 
     async def write_canary(
@@ -94,19 +90,19 @@ class RedisCanaryRuns(RedisRole):
     ) -> int:
         args: list[Any] = [leader or "", run, event or b"", history, version]
         return int(
-            await self._link.run(
+            await self._run(
                 "the canary run could not be written", CANARY_WRITE, self._keys.canary(model), args
             )
         )
 
     async def set_canary(self, model: str, percent: float) -> None:
-        await self._link.ask(
+        await self._ask(
             "the canary could not be stored", "HSET", self._keys.canary_percent, model, str(percent)
         )
         self._link.publish(canary_percent={**self._link.snapshot.canary_percent, model: percent})
 
     async def clear_canary(self, model: str) -> None:
-        await self._link.ask("the canary could not be cleared", "HDEL", self._keys.canary_percent, model)
+        await self._ask("the canary could not be cleared", "HDEL", self._keys.canary_percent, model)
         percents = {m: p for m, p in self._link.snapshot.canary_percent.items() if m != model}
         self._link.publish(canary_percent=percents)
 
@@ -126,18 +122,14 @@ class RedisRankings(RedisRole):
         }
 
     async def set_probe(self, model: str, ranking: bytes) -> None:
-        await self._link.ask(
-            "the probe ranking could not be stored", "HSET", self._keys.rankings, model, ranking
-        )
+        await self._ask("the probe ranking could not be stored", "HSET", self._keys.rankings, model, ranking)
         self._link.publish(probe_order={**self._link.snapshot.probe_order, model: probe_order(ranking)})
 
     async def probe(self, model: str) -> bytes | None:
         return await self._applied("the probe ranking", self._keys.rankings, model)
 
     async def set_parity(self, model: str, verdicts: bytes) -> None:
-        await self._link.ask(
-            "the parity verdicts could not be stored", "HSET", self._keys.parity, model, verdicts
-        )
+        await self._ask("the parity verdicts could not be stored", "HSET", self._keys.parity, model, verdicts)
         found = {**self._link.snapshot.parity_diverges, model: diverging(verdicts)}
         self._link.publish(parity_diverges=found)
 
@@ -167,7 +159,7 @@ class RedisSpend(RedisRole):
         args = [repr(usd), repr(cap_usd), int(ttl_s * 1000)]
         return (
             int(
-                await self._link.run(
+                await self._run(
                     f"the spend of {ledger} could not be counted", SPEND, [self._keys.spend(ledger)], args
                 )
             )
@@ -176,7 +168,7 @@ class RedisSpend(RedisRole):
 
     async def settle_spend(self, ledger: str, delta_usd: float) -> None:
         keys, args = [self._keys.spend(ledger)], [repr(delta_usd)]
-        await self._link.run(f"the spend of {ledger} could not be settled", SETTLE_SPEND, keys, args)
+        await self._run(f"the spend of {ledger} could not be settled", SETTLE_SPEND, keys, args)
 
 
 def _left_ms(answer: Any) -> int | None:

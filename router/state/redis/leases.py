@@ -55,7 +55,7 @@ class RedisLeases:
 
     def __init__(self, link: RedisLink) -> None:
         self._link = link
-        self._batch, self._keys = link.batch, link.keys
+        self._batch, self._keys = link.request_batch, link.keys  # acquires and releases: their own line
         self._ttl_ms = link.settings.ttl_ms
         self._local = MemoryLeases()  # admission while Redis (or one pool's keys) is unusable
         self.fallback_admissions = 0
@@ -245,7 +245,7 @@ class RedisLeases:
             commands.append(("RPUSH", key, *(f"{tokens:g}:{ttft_ms:.3f}" for tokens, ttft_ms in new)))
             commands += [("LTRIM", key, -keep, -1), ("EXPIRE", key, _PREFILL_KEPT_S)]
         commands.append(("LRANGE", key, 0, -1))
-        *_, found = await self._batch.call_all(commands)
+        *_, found = await self._link.batch.call_all(commands)
         if isinstance(found, RedisError):
             raise StoreUnavailable(f"the prefill samples could not be shared ({found})") from found
         samples = []
@@ -262,7 +262,7 @@ class RedisLeases:
             for pool, tokens in self._held.items()
             if tokens
         ]
-        _raise_first(await self._batch.call_all(commands))
+        _raise_first(await self._link.batch.call_all(commands))
 
     async def release_all(self) -> None:
         """Give back every lease this process still holds (the end of a drain)."""
@@ -271,7 +271,7 @@ class RedisLeases:
             if tokens:
                 commands.append(("ZREM", self.key(pool), *tokens))
                 commands += [("EVAL", FORGET_PENDING, 2, *self._keys.pending(pool), t) for t in tokens]
-        _raise_first(await self._batch.call_all(commands))
+        _raise_first(await self._link.batch.call_all(commands))
         self._held.clear()
 
     def local_counts(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:

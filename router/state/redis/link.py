@@ -1,6 +1,12 @@
 """The Redis store's connection object: what every role of the store shares (router/state/redis/
 store.py composes them). Its Batcher (every command goes through it), its keys, its settings,
-the degraded flag, and the snapshot the roles publish their fields into. A role is a class that
+the degraded flag, and the snapshot the roles publish their fields into.
+
+Two batchers: `request_batch` carries the request path's commands (acquires, releases, prefill
+ends, task settlements, quota steps) and nothing else, so no read of windows, reports or admin
+data can queue ahead of an acquire; `batch` carries the rest (the refresh, renewals, the flush,
+the windows, the control plane). On a single Redis each is a connection of its own; on Redis
+Cluster both form their pipelines on the one cluster client's pool. A role is a class that
 takes the link; one that feeds the snapshot is a `SnapshotFeed`, and the store's one refresh
 sends every feed's commands in one round trip and hands each feed its own answers back."""
 
@@ -37,8 +43,11 @@ class LinkSettings:
 
 
 class RedisLink:
-    def __init__(self, batch: Batcher, keys: Keys, settings: LinkSettings, *, cluster: bool) -> None:
-        self.batch = batch
+    def __init__(
+        self, batch: Batcher, request_batch: Batcher, keys: Keys, settings: LinkSettings, *, cluster: bool
+    ) -> None:
+        self.batch = batch  # the background's and the admin's
+        self.request_batch = request_batch  # the request path's alone
         self.keys = keys
         self.settings = settings
         self.cluster = cluster
@@ -51,20 +60,6 @@ class RedisLink:
         """Replace some of the snapshot's fields (a role's own)."""
         self.snapshot = replace(self.snapshot, **fields)
 
-    async def ask(self, what: str, *command: Any) -> Any:
-        """One command; StoreUnavailable, saying `what` failed, when Redis cannot be reached."""
-        try:
-            return await self.batch.call(*command)
-        except RedisError as exc:
-            raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
-
-    async def run(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """One script, the same way."""
-        try:
-            return await self.batch.call_script(script, keys, args)
-        except RedisError as exc:
-            raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
-
     def degrade(self, exc: Exception) -> None:
         """Redis is unreachable: decide locally until the background refresh reaches it again."""
         if not self.degraded:
@@ -73,11 +68,29 @@ class RedisLink:
 
 
 class RedisRole:
-    """A role of the Redis store: it takes the link (its batcher and keys at hand)."""
+    """A role of the Redis store: it takes the link (its batcher and keys at hand). A role on
+    the request path (`REQUEST_PATH`) sends on the link's request batcher."""
+
+    REQUEST_PATH = False
 
     def __init__(self, link: RedisLink) -> None:
         self._link = link
-        self._batch, self._keys = link.batch, link.keys
+        self._batch = link.request_batch if self.REQUEST_PATH else link.batch
+        self._keys = link.keys
+
+    async def _ask(self, what: str, *command: Any) -> Any:
+        """One command; StoreUnavailable, saying `what` failed, when Redis cannot be reached."""
+        try:
+            return await self._batch.call(*command)
+        except RedisError as exc:
+            raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
+
+    async def _run(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """One script, the same way."""
+        try:
+            return await self._batch.call_script(script, keys, args)
+        except RedisError as exc:
+            raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
 
 
 class SnapshotFeed(Protocol):

@@ -126,6 +126,8 @@ _MONTH_MS = 62 * 86400 * 1000
 
 
 class RedisQuotas(RedisRole):
+    REQUEST_PATH = True  # a request's take and settle
+
     def _quota_keys(self, key: str) -> list[str]:
         base = f"{self._keys.prefix}:q:{{{key}}}"
         return [f"{base}:req", f"{base}:tokt", f"{base}:tokn", f"{base}:toks"]
@@ -156,7 +158,7 @@ class RedisQuotas(RedisRole):
             repr(ask.usd),
             ask.hold_ms,
         ]
-        found = await self._link.run(f"the limits of {ask.key} could not be checked", TAKE, keys, args)
+        found = await self._run(f"the limits of {ask.key} could not be checked", TAKE, keys, args)
         try:
             return QuotaAnswer(
                 _text(found[0]) or None,
@@ -178,22 +180,22 @@ class RedisQuotas(RedisRole):
             *self._reservation_keys(ask.key),
         ]
         args = [ask.member, tokens, repr(usd), _DAY_MS, _MONTH_MS]
-        await self._link.run(f"the usage of {ask.key} could not be settled", SETTLE, keys, args)
+        await self._run(f"the usage of {ask.key} could not be settled", SETTLE, keys, args)
 
     async def spent(self, key: str, day: str, month: str) -> tuple[float, float]:
         # one slot (the key's hash tag): one MGET, on Cluster too
-        day_usd, month_usd = await self._link.ask(
+        day_usd, month_usd = await self._ask(
             f"the spend of {key} could not be read", "MGET", *self._spend_keys(key, day, month)
         )
         return float(_text(day_usd) or 0), float(_text(month_usd) or 0)
 
     async def put_key(self, name: str, entry: bytes, *, replacing: bytes | None = None) -> bool:
         args = [name, entry, "1" if replacing is None else "0", replacing or b""]
-        swapped = await self._link.run("the key could not be stored", PUT_KEY, [self._keys.made_keys], args)
+        swapped = await self._run("the key could not be stored", PUT_KEY, [self._keys.made_keys], args)
         return bool(swapped)
 
     async def made_keys(self) -> dict[str, bytes]:
-        found = await self._link.ask("the keys could not be read", "HGETALL", self._keys.made_keys)
+        found = await self._ask("the keys could not be read", "HGETALL", self._keys.made_keys)
         return {k.decode(): v for k, v in as_mapping(found).items()}
 
 

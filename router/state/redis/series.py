@@ -1,7 +1,7 @@
 """Latency histograms and counters, shared: samples are buffered in-process and merged into
 Redis in the background every `flush_s` (router/state/latency.py has the histograms), so
-recording adds no round trip to a request; the merge travels down the request path's line,
-lazily, with the next acquire. Each 10 s slice also adds into its 1 min and 1 h rollups
+recording adds no round trip to a request; the merge goes down the background's line (never
+the acquires'). Each 10 s slice also adds into its 1 min and 1 h rollups
 (one MERGE script per slice, server-side), so a window of any length reads at most a few
 hundred slices per route. Fine slices expire after two hours, rollups after `retention_s`.
 """
@@ -37,6 +37,10 @@ from router.state.redis.readings import as_mapping
 from router.state.redis.scripts import MERGE
 
 _FINE_TTL_S = 2 * 3600  # 10 s slices serve windows up to an hour; the rollups keep the rest
+# Window slices read per round trip. A 20-route hour window is 7,220 slices: read at once, their
+# replies and merges hold the event loop for tens of ms, and every acquire waits behind them;
+# in rounds of this many the loop turns between rounds (bench/acquire_latency.py).
+_READ_ROUND = 64
 
 Slices = Mapping[tuple[str, Metric, int], Histogram]
 Counted = Mapping[tuple[str, int], Counts]
@@ -64,6 +68,7 @@ class RedisSeries:
             for fields in slices:
                 add_counts(merged, {k.decode(): float(v) for k, v in fields.items()})
             windows[route] = merged
+            await asyncio.sleep(0)  # a route's merge at a time: acquires go on between them
         return windows
 
     async def counts_series(
@@ -77,6 +82,7 @@ class RedisSeries:
                 (start, {k.decode(): float(v) for k, v in fields.items()})
                 for start, fields in zip(starts, slices, strict=True)
             ]
+            await asyncio.sleep(0)
         return step, series
 
     async def latency_window(
@@ -89,8 +95,10 @@ class RedisSeries:
         for route, slices in slices_by_route.items():
             merged = Histogram()
             for fields in slices:
-                merged.merge(Histogram.from_fields(fields))
+                if fields:
+                    merged.add_fields(fields)
             windows[route] = merged
+            await asyncio.sleep(0)
         return windows
 
     async def refresh_latency(self) -> None:
@@ -109,11 +117,13 @@ class RedisSeries:
         step = resolution_for(window_s)
         starts = slices_in_window(time.time(), window_s, step)
         commands = [("HGETALL", key(route, start, step)) for route in routes for start in starts]
-        replies = await self._batch.call_all(commands)
-        error = next((r for r in replies if isinstance(r, BaseException)), None)
-        if error is not None:
-            raise StoreUnavailable(f"Redis is unreachable ({error})") from error
-        fields = [as_mapping(reply) for reply in replies]
+        fields: list[dict[bytes, bytes]] = []
+        for at in range(0, len(commands), _READ_ROUND):
+            replies = await self._batch.call_all(commands[at : at + _READ_ROUND])
+            error = next((r for r in replies if isinstance(r, BaseException)), None)
+            if error is not None:
+                raise StoreUnavailable(f"Redis is unreachable ({error})") from error
+            fields += [as_mapping(reply) for reply in replies]
         per_route = len(starts)
         return {route: fields[i * per_route : (i + 1) * per_route] for i, route in enumerate(routes)}
 

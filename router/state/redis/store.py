@@ -2,8 +2,10 @@
 over one link (router/state/redis/link.py): leases (dedicated slots and the line for them),
 series (latency histograms and counters), circuits, leadership, canary runs, rankings, spend
 (control.py), tasks and quotas. Consumers take the role they use (`store.leases`, ...).
-Every command goes down one Batcher (router/state/redis/batch.py): on a single Redis, one
-connection of the store's own (line.py); on Redis Cluster, redis-py's cluster client.
+Every command goes down one of two Batchers (router/state/redis/batch.py): the request path's
+(acquires, releases, settlements, quota steps) and the background's (everything else), so no
+window read queues ahead of an acquire. On a single Redis each is a connection of the store's
+own (line.py); on Redis Cluster both use redis-py's cluster client.
 
 On the request path Redis costs exactly one round trip: the acquire (the release and the
 task settlement linger up to 2 ms for the next request's acquire and travel with it).
@@ -103,8 +105,13 @@ class RedisStore:
             retention_s=int(retention_s),
             fallback_share=fallback_share,
         )
+        request_batch = Batcher(target, timeout_s, closes_client=False)  # a cluster client is shared
         self._link = link = RedisLink(
-            Batcher(target, timeout_s), Keys(prefix), settings, cluster=isinstance(target, RedisCluster)
+            Batcher(target, timeout_s),
+            request_batch,
+            Keys(prefix),
+            settings,
+            cluster=isinstance(target, RedisCluster),
         )
         self.leases = RedisLeases(link)
         self.series = RedisSeries(link)
@@ -179,9 +186,12 @@ class RedisStore:
     async def _first_start(self) -> None:
         """`started_at`: when the first replica sharing this Redis started (kept there), so a
         report bills dedicated capacity only from when the gateway existed, not a whole window."""
-        link, key = self._link, self._link.keys.started_at
-        await link.ask("the start time could not be stored", "SET", key, repr(self.started_at), "NX")
-        found = await link.ask("the start time could not be read", "GET", key)
+        batch, key = self._link.batch, self._link.keys.started_at
+        try:
+            await batch.call("SET", key, repr(self.started_at), "NX")
+            found = await batch.call("GET", key)
+        except RedisError as exc:
+            raise StoreUnavailable(f"the start time could not be stored or read ({exc})") from exc
         self.started_at = min(self.started_at, float(found)) if found else self.started_at
 
     async def start(self) -> None:
@@ -233,6 +243,7 @@ class RedisStore:
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2.0)
         self._tasks.clear()
+        await self._link.request_batch.close()
         await self._link.batch.close()
 
 

@@ -20,6 +20,8 @@ from router.state.tasks import EarlyBound, Feedback, FeedbackResult, Settlement,
 
 
 class RedisTasks(RedisRole):
+    REQUEST_PATH = True  # a request's settlement travels with the next acquire
+
     def task_key(self, name: str) -> str:
         return self._keys.task(name)
 
