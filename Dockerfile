@@ -9,6 +9,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY router ./router
 COPY policies ./policies
+COPY tidegate ./tidegate
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}

@@ -13,10 +13,10 @@ import argparse
 import statistics
 
 from bench.plan_vs_replay import TRACES
-from router.offline.calibration import DEDICATED, SERVERLESS
-from router.offline.planner.plans import Plan, System
-from router.offline.planner.sweep import evaluate
-from router.offline.replay import load, window
+from tidegate.offline.calibration import DEDICATED, SERVERLESS
+from tidegate.offline.planner.plans import Plan, System
+from tidegate.offline.planner.sweep import evaluate
+from tidegate.offline.replay import load, window
 
 SLICES = (("code", 0), ("code", 20), ("code", 40), ("conv", 0), ("conv", 20), ("conv", 40))
 SLO_TTFT_MS = 2000.0

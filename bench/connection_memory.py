@@ -81,7 +81,7 @@ def main() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as config:
         config.write(CONFIG % (args.connections + 16, max_head))
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "router.cli", "serve", "--config", config.name, "--port", "0"],
+        [sys.executable, "-m", "tidegate", "serve", "--config", config.name, "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -169,7 +169,9 @@ def start_gateway(
         config = tmp / f"tidegate-{variant.name}.yaml"
         record = str(variant.record).lower()
         config.write_text(GATEWAY_CONF.format(port=port, up=up, redis_url=redis_url, record=record))
-        entry = ["bench.redis_clients", variant.client] if variant.client else ["router.cli"]
+        tree = variant.tree or Path.cwd()
+        command_module = "tidegate" if (tree / "tidegate" / "__main__.py").exists() else "router.cli"  # older trees
+        entry = ["bench.redis_clients", variant.client] if variant.client else [command_module]
         command = [sys.executable, "-m", *entry, "--log-level", "info"]  # access log on, as in production
         command += ["serve", "--config", str(config), "--workers", str(variant.workers)]
         if variant.tree is not None:

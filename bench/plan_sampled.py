@@ -1,4 +1,4 @@
-"""Does the sampled planner (router/offline/planner/sampled.py) say what the exact one says?
+"""Does the sampled planner (tidegate/offline/planner/sampled.py) say what the exact one says?
 Both over the same 20-minute slices of the Azure traces, the default grid, plan for plan: SLO
 attainment (points) and cost per SLO-successful task (%), each the mean over `--seeds` seeds,
 and next to them the exact model's own spread across those seeds (a scale-to-zero route's
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.plan_vs_replay import TRACES
-from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
-from router.offline.planner.plans import System
-from router.offline.planner.sampled import sample, sweep_sampled
-from router.offline.planner.sweep import Grid, choose, sweep
-from router.offline.replay import load, scale_rate
+from tidegate.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
+from tidegate.offline.planner.plans import System
+from tidegate.offline.planner.sampled import sample, sweep_sampled
+from tidegate.offline.planner.sweep import Grid, choose, sweep
+from tidegate.offline.replay import load, scale_rate
 
 FILES = {"code": "AzureLLMInferenceTrace_code_20min.csv", "conv": "AzureLLMInferenceTrace_conv_20min.csv"}
 SLO_TTFT_MS = 2000.0

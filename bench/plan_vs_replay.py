@@ -42,12 +42,12 @@ import httpx
 import orjson
 
 from router.economics.cost import token_cost_usd
-from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS, DedicatedCalibration
-from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route
-from router.offline.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
-from router.offline.replay import AZURE_COLUMNS, azure_row, load, window
-from router.offline.timelapse import scale_config
 from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
+from tidegate.offline.calibration import DEDICATED, PARTNERS, SERVERLESS, DedicatedCalibration
+from tidegate.offline.planner.plans import SERVERLESS_ROUTE, Plan, System, dedicated_route
+from tidegate.offline.planner.sweep import KEEP_WARM_PROMPT_TOKENS, choose, evaluate
+from tidegate.offline.replay import AZURE_COLUMNS, azure_row, load, window
+from tidegate.offline.timelapse import scale_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "tests" / "data" / "traces"  # the Azure LLM inference traces (2023), in full
@@ -63,7 +63,7 @@ GATEWAY_S = 0.002  # the gateway's own wall time per request, scaled with the re
 
 @dataclass(frozen=True, slots=True)
 class Pair:
-    """The calibrations the simulators run and the model uses (router/offline/calibration.py)."""
+    """The calibrations the simulators run and the model uses (tidegate/offline/calibration.py)."""
 
     dedicated: str = "deepseek-r1-h200"
     serverless: str = "deepseek-serverless"
@@ -208,7 +208,7 @@ def replay_plan(
             [
                 sys.executable,
                 "-m",
-                "router.cli",
+                "tidegate",
                 "replay",
                 str(part.trace),
                 "--url",

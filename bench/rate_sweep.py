@@ -35,10 +35,10 @@ from rich.progress import Progress
 
 from bench.plan_vs_replay import SLICES, TRACES
 from router.economics.cost import break_even_utilization, token_cost_usd
-from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
-from router.offline.planner.plans import Plan, System
-from router.offline.planner.sweep import sweep
-from router.offline.replay import Arrival, load, scale_rate, window
+from tidegate.offline.calibration import DEDICATED, PARTNERS, SERVERLESS
+from tidegate.offline.planner.plans import Plan, System
+from tidegate.offline.planner.sweep import sweep
+from tidegate.offline.replay import Arrival, load, scale_rate, window
 
 TARGET = 0.95
 SLO_TTFT_MS = 2000.0

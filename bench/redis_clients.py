@@ -25,10 +25,10 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from router.cli.main import main as tidegate
 from router.state.redis.address import RedisAddress
 from router.state.redis.batch import Batcher
 from router.state.redis.line import Command, Line, as_redis_error, deliver, fail
+from tidegate.cli.main import main as tidegate
 
 Batch = list[tuple[Command, asyncio.Future[Any]]]
 

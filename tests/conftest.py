@@ -9,9 +9,9 @@ import pytest
 
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.matrix import ROWS, MatrixRow, table
 from tests.servers import RedisServer, Sim, ThreadServer
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 FAST = 1000.0  # time scale for the simulators: modelled seconds run as milliseconds
 

@@ -22,8 +22,8 @@ from starlette.types import ASGIApp
 
 from router.cli.serving import Served, bind, server_config
 from router.config import LimitsConfig
-from router.sim.app import create_sim_app
-from router.sim.profile import SimProfile
+from tidegate.sim.app import create_sim_app
+from tidegate.sim.profile import SimProfile
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01) -> None:
@@ -86,7 +86,7 @@ class Sim(ThreadServer):
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`tidegate ARGS...` to completion (bounded), its output captured; `env` adds variables."""
     return subprocess.run(
-        [sys.executable, "-m", "router.cli", *args],
+        [sys.executable, "-m", "tidegate", *args],
         check=False,
         capture_output=True,
         text=True,
@@ -99,7 +99,7 @@ class CliProcess:
     """`tidegate ...` as a real OS process; waits for the line announcing its URL."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.args = [sys.executable, "-m", "router.cli", *args]
+        self.args = [sys.executable, "-m", "tidegate", *args]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""

@@ -30,7 +30,7 @@ class ConfigError(Exception):
 
 
 class GatewayConfig(Frozen):
-    # a time-lapse for replays: the time constants were divided by this (router/offline/timelapse.py)
+    # a time-lapse for replays: the time constants were divided by this (tidegate/offline/timelapse.py)
     time_scale: Annotated[float, Field(ge=1, le=1000)] = 1.0
     listen: ListenConfig = ListenConfig()  # where `serve` listens
     server: ServerConfig = ServerConfig()

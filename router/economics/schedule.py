@@ -2,7 +2,7 @@
 and the report's first-order schedule from live traffic.
 
 `tidegate plan --schedule` chooses the counts by modelling every hour against the SLO
-(router/offline/planner/schedule.py). The economics report (`tidegate report`, `GET
+(tidegate/offline/planner/schedule.py). The economics report (`tidegate report`, `GET
 /admin/report`) has no model of the engine, so it reads the window by the break-even rule
 instead: in an hour of the week, the r-th replica pays when the demand left for it (the model's
 mean requests in flight that hour, every route's, in replicas' worth of slots, less the r - 1

@@ -1,5 +1,5 @@
 """A vLLM V1 replica's scheduler, step by step, in model seconds: the one engine the planner
-(router/offline/planner/model.py) and the simulator (router/sim/engine.py) both drive.
+(tidegate/offline/planner/model.py) and the simulator (tidegate/sim/engine.py) both drive.
 
 Each step, as vLLM V1's scheduler builds it: every decoding sequence gets one token; then the
 running sequences still prefilling get their next prompt chunk, first come first served; then

@@ -164,7 +164,7 @@ def test_cli_stats_watch_refreshes_until_interrupted(admin_gateway):
     args = [
         sys.executable,
         "-m",
-        "router.cli",
+        "tidegate",
         "stats",
         "--url",
         admin_gateway.url,

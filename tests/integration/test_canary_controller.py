@@ -18,8 +18,8 @@ import httpx
 import openai
 import pytest
 
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, Sim, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 ADMIN = {"authorization": "Bearer canary-admin"}
 

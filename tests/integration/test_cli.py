@@ -252,8 +252,8 @@ def test_serve_refuses_a_redis_that_refuses_its_password_in_one_line(tmp_path):
 
 
 def test_the_cli_offers_every_demo_scenario():
-    from router.cli.main import _parser  # noqa: PLC0415 (the parser of the command under test)
-    from router.cli.scenarios import SCENARIOS  # noqa: PLC0415
+    from tidegate.cli.main import _parser  # noqa: PLC0415 (the parser of the command under test)
+    from tidegate.cli.scenarios import SCENARIOS  # noqa: PLC0415
 
     demo = next(
         a for a in _parser()._subparsers._group_actions[0].choices["demo"]._actions if a.dest == "scenario"

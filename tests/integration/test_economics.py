@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
 from tests.servers import CliProcess, Sim, run_cli, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile
 
 ADMIN = "economics-admin"
 GPUS, GPU_HOUR_USD = 2, 3.6

@@ -22,10 +22,10 @@ import redis
 
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
-from router.sim.profile import Kind, SimProfile
 from tests.conftest import dedicated_profile, serverless_profile
 from tests.matrix import MatrixRow, burst, one_request, settled_value
 from tests.servers import CliProcess, RedisServer, Sim, ThreadServer, wait_until
+from tidegate.sim.profile import Kind, SimProfile
 
 COUNT, CONCURRENCY = 16, 4
 

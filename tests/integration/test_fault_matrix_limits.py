@@ -19,10 +19,10 @@ import orjson
 import pytest
 import redis
 
-from router.sim.profile import Kind, SimProfile
 from tests.conftest import serverless_profile
 from tests.matrix import MatrixRow, burst, one_request, settled_value
 from tests.servers import BROKEN_UPSTREAMS, CliProcess, RawUpstream, RedisServer, Sim, http_response
+from tidegate.sim.profile import Kind, SimProfile
 
 COUNT, CONCURRENCY = 16, 4
 # What a resource case may leave resident: the worst the limits allow here is 24 requests in

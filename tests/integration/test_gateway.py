@@ -10,9 +10,9 @@ import openai
 import pytest
 
 from router.app import create_app
-from router.sim.profile import Faults
 from tests.conftest import dedicated_profile, gateway_config, serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
+from tidegate.sim.profile import Faults
 
 MESSAGES = [{"role": "user", "content": "Hello"}]
 

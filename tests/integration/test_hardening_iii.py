@@ -21,9 +21,9 @@ import orjson
 import pytest
 import redis
 
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.matrix import MatrixRow, burst, settled_value
 from tests.servers import CliProcess, RawUpstream, RedisServer, Sim, http_response, run_cli, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 MiB = 1024 * 1024
 ADMIN = "hardening-iii-admin"

@@ -14,12 +14,12 @@ import redis
 from policies.types import Snapshot
 from router.app import create_app
 from router.config import parse_config
-from router.offline.calibration import TtftDistribution
 from router.request.upstream import Upstream, aiohttp_transport
 from router.spill.keep_warm import KeepWarm, hot_hours
 from router.state.memory.store import MemoryStore
 from tests.conftest import serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
+from tidegate.offline.calibration import TtftDistribution
 
 ADMIN = "a" * 32
 INTERVAL_S = 0.25

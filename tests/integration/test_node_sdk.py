@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from router.app import create_app
-from router.sim.profile import Faults
 from tests.conftest import gateway_config, serverless_profile
 from tests.servers import Sim, ThreadServer
+from tidegate.sim.profile import Faults
 
 HERE = Path(__file__).resolve().parent / "node"
 CACHE = Path.home() / ".cache" / "tidegate-node"

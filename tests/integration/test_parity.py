@@ -14,8 +14,8 @@ import openai
 import orjson
 import pytest
 
-from router.sim.profile import SERVERLESS_PRESETS, Kind, Persona, SimProfile
 from tests.servers import CliProcess, Sim, run_cli, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, Persona, SimProfile
 
 SUITE = Path(__file__).parents[2] / "examples" / "parity-suite.jsonl"
 ADMIN = "parity-admin"

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from bench.plan_vs_replay import Slice, compare
-from router.offline.planner.model import Plan
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, Sim, run_cli
+from tidegate.offline.planner.model import Plan
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_code_20min.csv"
 

@@ -17,10 +17,10 @@ from policies.predicted_ttft import PredictedTtftFirst
 from router.app import create_app
 from router.config import parse_config
 from router.signals.loop import Signals
-from router.sim.profile import Kind, SimProfile
 from router.state.memory.store import MemoryStore
 from tests.conftest import serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
+from tidegate.sim.profile import Kind, SimProfile
 
 PROMPT = "x" * 4000  # ~1,000 tokens by the gateway's estimate and the simulator's count
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, Sim, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 ADMIN = "prio-admin"
 BATCH, USER = "sk-batch-1", "sk-user-1"

@@ -9,8 +9,8 @@ import httpx
 import orjson
 import pytest
 
-from router.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile, TtftDistribution
 from tests.servers import CliProcess, Sim, run_cli
+from tidegate.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile, TtftDistribution
 
 SCALE = 5.0  # the steady simulator runs 5x faster: the preset's seconds become 1/5 s
 COLD_SCALE = 20.0  # the cold one 20x: its 10-90 s loads become 0.5-4.5 s

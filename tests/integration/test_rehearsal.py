@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import openai
 
-from router.sim.profile import Kind, SimProfile
 from tests.conftest import serverless_profile
 from tests.servers import CliProcess, Sim, wait_until
+from tidegate.sim.profile import Kind, SimProfile
 
 CAPACITY = 3
 ADMIN = {"authorization": "Bearer adm"}

@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.offline.replay import load, window
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, Sim, run_cli
+from tidegate.offline.replay import load, window
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_code_20min.csv"
 

@@ -12,10 +12,10 @@ import openai
 import pytest
 
 from router.economics.routes_report import cv_verdict, parse_window
-from router.sim.profile import SERVERLESS_PRESETS
 from router.state.latency import RELATIVE_ACCURACY
 from tests.conftest import dedicated_profile, serverless_profile
 from tests.servers import CliProcess, Sim, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS
 
 ADMIN = {"authorization": "Bearer adm"}
 

@@ -14,9 +14,9 @@ import openai
 
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.conftest import FAST, serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 
 def config(text: str) -> GatewayConfig:

@@ -17,9 +17,9 @@ import pytest
 
 from router.app import create_app
 from router.config import parse_config
-from router.sim.profile import Faults, Kind, SimProfile
 from tests.conftest import serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
+from tidegate.sim.profile import Faults, Kind, SimProfile
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

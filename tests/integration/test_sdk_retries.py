@@ -8,9 +8,9 @@ import openai
 import pytest
 
 from router.app import create_app
-from router.sim.profile import Faults
 from tests.conftest import gateway_config, serverless_profile
 from tests.servers import Sim, ThreadServer
+from tidegate.sim.profile import Faults
 
 
 @pytest.mark.parametrize(

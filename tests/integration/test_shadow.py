@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from router.economics.cost import token_cost_usd
-from router.sim.profile import SERVERLESS_PRESETS, Kind, Persona, SimProfile
 from tests.servers import CliProcess, Sim, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, Persona, SimProfile
 
 ADMIN = "shadow-admin"
 MAX_TOKENS = 8

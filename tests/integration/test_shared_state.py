@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import openai
 
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, RedisServer, Sim, run_cli, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 CAPACITY = 4
 

@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 from tests.servers import CliProcess, Sim, run_cli, wait_until
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 ADMIN = "tenant-admin"
 LIMITED, FREE, THRIFTY = "sk-limited-0001", "sk-free-0002", "sk-thrifty-0003"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from router.economics.cost import break_even_utilization, token_cost_usd
-from router.offline.calibration import DEDICATED, PARTNERS, SERVERLESS, DedicatedCalibration
-from router.offline.planner.plans import Plan, System
-from router.offline.planner.sweep import evaluate
-from router.offline.replay import Arrival, load, window
+from tidegate.offline.calibration import DEDICATED, PARTNERS, SERVERLESS, DedicatedCalibration
+from tidegate.offline.planner.plans import Plan, System
+from tidegate.offline.planner.sweep import evaluate
+from tidegate.offline.replay import Arrival, load, window
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 

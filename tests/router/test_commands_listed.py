@@ -8,7 +8,7 @@ import io
 import re
 from pathlib import Path
 
-from router.cli.main import main
+from tidegate.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

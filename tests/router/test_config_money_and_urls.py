@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from router.cli.main import main
 from router.config import ConfigError, parse_config
+from tidegate.cli.main import main
 
 DEDICATED = "{name: d, base_url: 'http://127.0.0.1:1/v1', model: x, max_concurrency: 4, gpu_hour_usd: 4.41}"
 SERVERLESS = (

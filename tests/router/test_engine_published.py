@@ -14,7 +14,7 @@ import pytest
 
 from router.engine.drive import Job, replay
 from router.engine.spec import EngineSpec
-from router.offline.calibration import DEDICATED
+from tidegate.offline.calibration import DEDICATED
 
 TOLERANCE = 0.15
 

@@ -110,8 +110,8 @@ async def test_a_report_bills_dedicated_only_since_the_gateway_started():
 
 @pytest.mark.parametrize(("steps", "rate"), [((25, 50, 100), "about 2.0"), ((90, 100), "about 5.0")])
 def test_the_demo_banner_says_what_traffic_a_canary_run_needs(steps, rate):
-    from router.cli.demo import canary_volume  # noqa: PLC0415
     from router.config import CanaryControllerConfig  # noqa: PLC0415
+    from tidegate.cli.demo import canary_volume  # noqa: PLC0415
 
     said = canary_volume(CanaryControllerConfig(steps=steps, interval_s=20, min_samples=10))
     assert rate in said and "10 requests per side per 20 s" in said  # the smaller side decides

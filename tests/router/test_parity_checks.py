@@ -1,5 +1,5 @@
 """The parity suite's format, its checks and agreement rules, and the verdict arithmetic
-(router/offline/parity/)."""
+(tidegate/offline/parity/)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.offline.parity.checks import agrees, failures
-from router.offline.parity.suite import SuiteError, load_suite, parse_case
-from router.offline.parity.verdict import (
+from router.record.answer import Answer, ToolUse, read_answer
+from tidegate.offline.parity.checks import agrees, failures
+from tidegate.offline.parity.suite import SuiteError, load_suite, parse_case
+from tidegate.offline.parity.verdict import (
     DIVERGES,
     INCONCLUSIVE,
     PARITY,
@@ -23,7 +24,6 @@ from router.offline.parity.verdict import (
     verdict,
     wilson,
 )
-from router.record.answer import Answer, ToolUse, read_answer
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from router.cli.plan_from import hourly_requests
-from router.offline.replay import load
-from router.offline.synth import synthesize_hours
+from tidegate.cli.plan_from import hourly_requests
+from tidegate.offline.replay import load
+from tidegate.offline.synth import synthesize_hours
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 MONDAY_9 = 1_767_603_600  # 2026-01-05 09:00 UTC

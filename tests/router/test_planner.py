@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from router.config import ConfigError
-from router.offline.calibration import DEDICATED, SERVERLESS, TtftDistribution
-from router.offline.planner.model import (
+from tidegate.offline.calibration import DEDICATED, SERVERLESS, TtftDistribution
+from tidegate.offline.planner.model import (
     SERVERLESS_ROUTE,
     Plan,
     System,
@@ -21,9 +21,9 @@ from router.offline.planner.model import (
     simulate,
     simulate_keep_warm,
 )
-from router.offline.planner.sweep import Grid, break_even, choose, evaluate, pareto, sweep
-from router.offline.replay import Arrival, load, window
-from router.offline.timelapse import scale_config
+from tidegate.offline.planner.sweep import Grid, break_even, choose, evaluate, pareto, sweep
+from tidegate.offline.replay import Arrival, load, window
+from tidegate.offline.timelapse import scale_config
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 D = DEDICATED["deepseek-r1-h200"]
@@ -318,7 +318,7 @@ def test_utilization_counts_only_slot_time_inside_the_span_and_all_serverless_ha
 
 
 def test_the_pareto_plot_marks_the_chosen_plan_and_the_runner_up(tmp_path):
-    from router.cli.plan_output import _key, pareto_plot  # noqa: PLC0415
+    from tidegate.cli.plan_output import _key, pareto_plot  # noqa: PLC0415
 
     rows = window(load(TRACES / "AzureLLMInferenceTrace_conv_20min.csv"), 0, 2)
     results = [
@@ -345,7 +345,7 @@ def test_the_chosen_plan_is_never_hidden_under_the_runner_up():
     import matplotlib.pyplot as plt  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
-    from router.cli.plan_output import pareto_figure  # noqa: PLC0415
+    from tidegate.cli.plan_output import pareto_figure  # noqa: PLC0415
 
     def plan(name: str, cost: float, attainment: float) -> dict:
         return {"plan": name, "cost_per_slo_success_usd": cost, "slo_attainment": attainment,
@@ -399,7 +399,7 @@ def test_keep_warm_variants_modelled_in_one_run_are_what_each_plan_gives_alone(g
 
 
 def test_a_time_window_keeps_its_mean_and_percentiles_as_values_come_and_go():
-    from router.offline.stats import TimeWindow, percentile  # noqa: PLC0415
+    from tidegate.offline.stats import TimeWindow, percentile  # noqa: PLC0415
 
     rng = random.Random(4)
     window, kept = TimeWindow(), []

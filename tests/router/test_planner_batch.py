@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from router.offline.calibration import DEDICATED, SERVERLESS
-from router.offline.planner.model import simulate
-from router.offline.planner.plans import SERVERLESS_ROUTE, Plan, System
-from router.offline.planner.sweep import evaluate
-from router.offline.replay import Arrival, summary
+from tidegate.offline.calibration import DEDICATED, SERVERLESS
+from tidegate.offline.planner.model import simulate
+from tidegate.offline.planner.plans import SERVERLESS_ROUTE, Plan, System
+from tidegate.offline.planner.sweep import evaluate
+from tidegate.offline.replay import Arrival, summary
 
 D = DEDICATED["llama-8b-h100"]
 S = SERVERLESS["llama-8b-together"]

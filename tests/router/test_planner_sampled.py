@@ -1,4 +1,4 @@
-"""The sampled planner (router/offline/planner/sampled.py): what a sample stands for, that a
+"""The sampled planner (tidegate/offline/planner/sampled.py): what a sample stands for, that a
 sample of the whole trace is the exact model, and that on steady traffic a sample of a few
 slices says what every request says."""
 
@@ -10,11 +10,11 @@ import random
 
 import pytest
 
-from router.offline.calibration import DEDICATED, SERVERLESS, TtftDistribution
-from router.offline.planner.plans import Plan, System
-from router.offline.planner.sampled import evaluate_sampled, sample
-from router.offline.planner.sweep import evaluate
-from router.offline.replay import Arrival
+from tidegate.offline.calibration import DEDICATED, SERVERLESS, TtftDistribution
+from tidegate.offline.planner.plans import Plan, System
+from tidegate.offline.planner.sampled import evaluate_sampled, sample
+from tidegate.offline.planner.sweep import evaluate
+from tidegate.offline.replay import Arrival
 
 D = DEDICATED["deepseek-r1-h200"]
 S = dataclasses.replace(SERVERLESS["deepseek-serverless"], ttft=TtftDistribution(0.5, 0.2), idle_to_cold_s=0.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.offline.replay import (
+from tidegate.offline.replay import (
     MOONCAKE_BLOCK_TOKENS,
     Arrival,
     BlockArrival,
@@ -89,7 +89,7 @@ def test_mooncake_rows_of_one_tick_are_spread_over_it_and_keep_their_blocks(tmp_
 
 
 def test_replayed_prompts_share_text_where_the_trace_shares_blocks():
-    from router.cli.replay import prompt  # noqa: PLC0415
+    from tidegate.cli.replay import prompt  # noqa: PLC0415
 
     a, b = prompt(0, 1500, (0, 1, 2)), prompt(1, 1500, (0, 1, 3))
     block = MOONCAKE_BLOCK_TOKENS * 4

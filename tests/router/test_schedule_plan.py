@@ -16,9 +16,9 @@ from router.config import parse_config
 from router.economics.cost import replica_seconds
 from router.economics.costs import schedule_of
 from router.economics.schedule import config_schedule
-from router.offline.calibration import DEDICATED, SERVERLESS
-from router.offline.planner.plans import System
-from router.offline.planner.schedule import (
+from tidegate.offline.calibration import DEDICATED, SERVERLESS
+from tidegate.offline.planner.plans import System
+from tidegate.offline.planner.schedule import (
     HourOption,
     choose_counts,
     compare,
@@ -27,8 +27,8 @@ from router.offline.planner.schedule import (
     week_counts,
     why,
 )
-from router.offline.replay import Arrival, load
-from router.offline.synth import ENVELOPES, Volume, synthesize
+from tidegate.offline.replay import Arrival, load
+from tidegate.offline.synth import ENVELOPES, Volume, synthesize
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
@@ -156,7 +156,7 @@ def test_office_hours_at_50m_tokens_a_day_never_pay_more_than_serverless_alone()
 
 
 def test_the_command_writes_the_schedule_and_the_config_lines(tmp_path, capsys):
-    from router.cli.main import main  # noqa: PLC0415
+    from tidegate.cli.main import main  # noqa: PLC0415
 
     trace = tmp_path / "week.csv"
     synth = ["trace", "synth", "--from", str(TRACES / "AzureLLMInferenceTrace_code_20min.csv")]
@@ -193,7 +193,7 @@ def test_the_command_writes_the_schedule_and_the_config_lines(tmp_path, capsys):
 
 
 def test_the_command_refuses_a_trace_start_it_cannot_read(tmp_path, capsys):
-    from router.cli.main import main  # noqa: PLC0415
+    from tidegate.cli.main import main  # noqa: PLC0415
 
     trace = str(TRACES / "AzureLLMInferenceTrace_code_20min.csv")
     assert main(["plan", trace, "--schedule", "--trace-start", "monday", "--out", str(tmp_path)]) == 2

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from router.sim.engine import Engine
-from router.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
+from tidegate.sim.engine import Engine
+from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 
 SEED_TABLE = {  # the field notes' table (docs/simulator.md): p50 / p95 TTFT in seconds
     "deepseek-a": (0.39, 0.57),

@@ -1,6 +1,6 @@
 """What the simulator answers, as vLLM would: lengths and finish reasons, stop sequences,
-seeds, structured outputs, tool calls, and the requests it refuses (router/sim/answers.py,
-router/sim/validation.py)."""
+seeds, structured outputs, tool calls, and the requests it refuses (tidegate/sim/answers.py,
+tidegate/sim/validation.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import orjson
 import pytest
 from jsonschema import Draft202012Validator
 
-from router.sim.answers import instance_of, plan
-from router.sim.app import create_sim_app
-from router.sim.profile import SimProfile
+from tidegate.sim.answers import instance_of, plan
+from tidegate.sim.app import create_sim_app
+from tidegate.sim.profile import SimProfile
 
 FIXED = SimProfile(time_scale=1000.0)  # answers run to max_tokens
 SAMPLED = SimProfile(time_scale=1000.0, answer_tokens_p50=30)

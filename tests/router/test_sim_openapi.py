@@ -19,8 +19,8 @@ from jsonschema import Draft202012Validator
 
 from router.app import create_app
 from router.config import Endpoint, parse_config
-from router.sim.app import create_sim_app
-from router.sim.profile import Kind, SimProfile
+from tidegate.sim.app import create_sim_app
+from tidegate.sim.profile import Kind, SimProfile
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "data" / "openai_schemas.json"
 WEATHER = {

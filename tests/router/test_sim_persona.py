@@ -1,4 +1,4 @@
-"""The simulator's personas (router/sim/persona.py): what each one changes, on what share,
+"""The simulator's personas (tidegate/sim/persona.py): what each one changes, on what share,
 and that the choice is a function of the seed and the request alone."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 import orjson
 import pytest
 
-from router.sim import answers, persona
-from router.sim.profile import Persona, SimProfile
+from tidegate.sim import answers, persona
+from tidegate.sim.profile import Persona, SimProfile
 
 TOOLS = [
     {

@@ -8,9 +8,9 @@ import httpx
 import orjson
 import pytest
 
-from router.sim.app import create_sim_app
-from router.sim.prefix_cache import BYTES_PER_TOKEN, PrefixCache
-from router.sim.profile import Kind, SimProfile
+from tidegate.sim.app import create_sim_app
+from tidegate.sim.prefix_cache import BYTES_PER_TOKEN, PrefixCache
+from tidegate.sim.profile import Kind, SimProfile
 
 BLOCK = 16
 BLOCK_BYTES = BLOCK * BYTES_PER_TOKEN
@@ -88,7 +88,7 @@ async def test_without_a_prefix_cache_every_prompt_token_is_computed():
 async def test_replayed_mooncake_rows_that_share_blocks_hit_the_cache():
     """`tidegate replay` writes a Mooncake row's prompt from its hash_ids: the sim then finds the
     blocks two rows share (here 2 of 3, 512 tokens each) in its prefix cache."""
-    from router.cli.replay import prompt  # noqa: PLC0415
+    from tidegate.cli.replay import prompt  # noqa: PLC0415
 
     app = create_sim_app(
         SimProfile(kind=Kind.DEDICATED, name="d", prefix_cache_tokens=100_000, time_scale=100.0)

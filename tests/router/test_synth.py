@@ -1,4 +1,4 @@
-"""`tidegate trace synth` (router/offline/synth.py): the week's level follows the envelope and
+"""`tidegate trace synth` (tidegate/offline/synth.py): the week's level follows the envelope and
 the volume asked for; what is inside each hour (request sizes, bursts, idle minutes) is the
 source trace's own."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from router.cli.main import main
 from router.economics.schedule import WEEK_HOURS
-from router.offline.replay import Arrival, load
-from router.offline.synth import (
+from tidegate.cli.main import main
+from tidegate.offline.replay import Arrival, load
+from tidegate.offline.synth import (
     ENVELOPES,
     EnvelopeError,
     Volume,

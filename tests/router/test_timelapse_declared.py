@@ -1,6 +1,6 @@
 """Every time or rate field of the config says what a time-lapse does with it: scaled (divided,
 or multiplied for a rate) by `tidegate replay --scale-config`, or left alone with a reason
-(router/offline/timelapse.py). A new field in neither list fails here, so a replay cannot
+(tidegate/offline/timelapse.py). A new field in neither list fails here, so a replay cannot
 silently run one constant at trace speed and the rest at wall speed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from router.config import GatewayConfig, parse_config
-from router.offline.timelapse import UNSCALED, scale_config, scaled_fields
+from tidegate.offline.timelapse import UNSCALED, scale_config, scaled_fields
 
 _TIME_OR_RATE = re.compile(r"(_s|_ms|rpm|tpm|per_s|_hours?|_days?)$")
 
@@ -40,7 +40,7 @@ def test_every_time_or_rate_field_is_declared_scaled_or_unscaled():
     timed = {name for name in config_fields() if _TIME_OR_RATE.search(name.split(".")[1])}
     assert len(timed) > 40  # the walk reached the nested sections
     undeclared = timed - scaled_fields() - set(UNSCALED)
-    assert undeclared == set(), "declare each in router/offline/timelapse.py: scaled, or UNSCALED with why"
+    assert undeclared == set(), "declare each in tidegate/offline/timelapse.py: scaled, or UNSCALED with why"
 
 
 def test_no_field_is_declared_twice_or_names_nothing():
