@@ -16,9 +16,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from router.state.latency import CountBook, LatencyBook, Metric
+from router.state.latency import ROLLUPS_S, Histogram, Metric, slice_of
 from router.state.redis.address import parse_url
 from router.state.redis.batch import MAX_BATCH, Batcher
+from router.state.redis.keys import Keys
 from router.state.redis.store import RedisStore
 from router.state.slots import Slots
 
@@ -165,37 +166,48 @@ def test_the_line_works_on_uvloop_as_served(redis_url):
     assert sorted(uvloop.run(round_trips())) == list(range(1, 21))
 
 
-async def test_the_merge_script_writes_what_the_plain_commands_write_and_survives_a_script_flush(redis_url):
-    """The flush's MERGE calls (single Redis) and its plain commands (cluster) leave the same
-    hashes, rollups included; after SCRIPT FLUSH the merge loads the script again and counts
-    every sample exactly once."""
+async def test_the_merge_writes_each_sample_into_its_slice_and_rollups_and_survives_a_script_flush(redis_url):
+    """The flush's MERGE calls (one per key, the same on a single Redis and a cluster) leave
+    what plain increments of every sample into its 10 s slice, minute and hour would (an
+    oracle written here with HINCRBY); after SCRIPT FLUSH the merge loads the script again and
+    counts every sample exactly once."""
     scripted = RedisStore(redis_url, ["p"], routes=["m/p"], prefix="scripted")
     raw = Redis.from_url(redis_url)
+    keys = Keys("plain")
     try:
         now = time.time()
         samples = [(Metric.E2E, 12.5), (Metric.E2E, 480.0), (Metric.TTFT, 33.0), (Metric.E2E, 12.5)]
-        book, counts = LatencyBook(), CountBook()
         for metric, value in samples:
-            scripted.series.observe("m/p", metric, value)
-            book.observe("m/p", metric, value, now)
-        scripted.series.count("m/p", {"requests": 2, "cost_usd": 0.25})
-        counts.add("m/p", {"requests": 2, "cost_usd": 0.25}, now)
+            scripted.series._book.observe("m/p", metric, value, now)  # observe(), at `now`
+            one = Histogram()
+            one.add(value)
+            for step in ROLLUPS_S:
+                key = keys.latency("m/p", metric, slice_of(now, step), step)
+                for bucket, count in one.counts.items():
+                    await raw.hincrby(key, str(bucket), count)
+                await raw.hincrbyfloat(key, Histogram.SUM_FIELD, one.total)
+                await raw.hincrbyfloat(key, Histogram.SQUARES_FIELD, one.total_sq)
+        scripted.series._counts.add("m/p", {"requests": 2, "cost_usd": 0.25}, now)  # count(), at `now`
+        for step in ROLLUPS_S:
+            key = keys.counts("m/p", slice_of(now, step), step)
+            await raw.hincrbyfloat(key, "requests", 2.0)
+            await raw.hincrbyfloat(key, "cost_usd", 0.25)
         await raw.script_flush()  # as after a Redis restart
         await scripted.series.flush()
-        plain = [list(c) for c in scripted.series._merge_commands(book.drain(), counts.drain())]
-        for command in plain:  # the same increments, as the cluster path sends them
-            command[1] = command[1].replace("scripted:", "plain:", 1)
-            await raw.execute_command(*command)
         written = {k.decode(): k for k in await raw.keys("scripted:*")}
         assert len([k for k in written if ":lat" in k]) == 6  # 2 metrics x 3 rollups
         assert len([k for k in written if ":cnt" in k]) == 3
         for name, key in written.items():
             twin = name.replace("scripted:", "plain:", 1)
-            assert await raw.hgetall(key) == await raw.hgetall(twin), name
+            assert _numbers(await raw.hgetall(key)) == _numbers(await raw.hgetall(twin)), name
             assert await raw.ttl(key) > 0
     finally:
         await raw.aclose()
         await scripted.close()
+
+
+def _numbers(fields: dict[bytes, bytes]) -> dict[bytes, float]:
+    return {name: float(value) for name, value in fields.items()}
 
 
 async def test_a_command_that_cannot_be_packed_fails_its_caller_only(batch):

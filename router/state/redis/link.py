@@ -43,14 +43,11 @@ class LinkSettings:
 
 
 class RedisLink:
-    def __init__(
-        self, batch: Batcher, request_batch: Batcher, keys: Keys, settings: LinkSettings, *, cluster: bool
-    ) -> None:
+    def __init__(self, batch: Batcher, request_batch: Batcher, keys: Keys, settings: LinkSettings) -> None:
         self.batch = batch  # the background's and the admin's
         self.request_batch = request_batch  # the request path's alone
         self.keys = keys
         self.settings = settings
-        self.cluster = cluster
         self.degraded = False
         self.readings = Readings()  # the refresh's entries, each unreadable one named once
         self.snapshot = Snapshot(now=0.0)  # replaced, never mutated: readers need no copy

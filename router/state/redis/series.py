@@ -29,7 +29,6 @@ from router.state.latency import (
     resolution_for,
     rolled_up,
     rolled_up_counts,
-    slice_of,
     slices_in_window,
 )
 from router.state.redis.link import RedisLink, log
@@ -142,65 +141,46 @@ class RedisSeries:
             raise
 
     async def _merge(self, slices: Slices, counted: Counted) -> None:
-        """Each MERGE is a script call of its own, so one a restarted Redis did not know is
-        loaded and sent again alone, the others not (they were applied). On a cluster the
-        rollups live in other hash slots: plain commands, each routed to its node."""
-        if self._link.cluster:
-            answers = await self._batch.call_all(self._merge_commands(slices, counted), lazy=True)
-            errors = [answer for answer in answers if isinstance(answer, BaseException)]
-            if errors:
-                raise errors[0] if isinstance(errors[0], RedisError) else RedisError(str(errors[0]))
-            return
-        await asyncio.gather(
+        """One MERGE per key, its increments summed here first (a 10 s slice, its minute and
+        its hour): a script of one key lives in one hash slot, so a single Redis and a cluster
+        get the same calls (on a cluster each goes to its key's node). Each is a script call
+        of its own, so one a restarted Redis did not know is loaded and sent again alone, the
+        others not (they were applied)."""
+        answers = await asyncio.gather(
             *(
-                self._batch.call_script(MERGE, keys, args, lazy=True)
-                for keys, args in self._merge_scripts(slices, counted)
-            )
+                self._batch.call_script(MERGE, [key], args, lazy=True)
+                for key, args in self._merge_calls(slices, counted)
+            ),
+            return_exceptions=True,
         )
+        errors = [answer for answer in answers if isinstance(answer, BaseException)]
+        if errors:
+            raise errors[0] if isinstance(errors[0], RedisError) else RedisError(str(errors[0]))
 
     def _rollup_ttl(self, step: int) -> int:
         retention_s = self._link.settings.retention_s
         return retention_s if step > SLICE_S else min(retention_s, _FINE_TTL_S)
 
-    def _merge_scripts(self, slices: Slices, counted: Counted) -> list[tuple[list[str], list[Any]]]:
-        """The keys and arguments of one MERGE per 10 s slice, into the slice and its rollups."""
-        ttls = [self._rollup_ttl(step) for step in ROLLUPS_S]
-        calls: list[tuple[list[str], list[Any]]] = []
-        for (route, metric, start), histogram in slices.items():
-            keys = [self._keys.latency(route, metric, slice_of(start, step), step) for step in ROLLUPS_S]
-            args: list[Any] = [*ttls, len(histogram.counts)]
-            for bucket, count in histogram.counts.items():
-                args += [bucket, count]
-            args += [
-                Histogram.SUM_FIELD,
-                repr(histogram.total),
-                Histogram.SQUARES_FIELD,
-                repr(histogram.total_sq),
-            ]
-            calls.append((keys, args))
-        for (route, start), counts in counted.items():
-            keys = [self._keys.counts(route, slice_of(start, step), step) for step in ROLLUPS_S]
-            args = [*ttls, 0]
-            for name, value in counts.items():
-                args += [name, repr(float(value))]
-            calls.append((keys, args))
-        return calls
-
-    def _merge_commands(self, slices: Slices, counted: Counted) -> list[tuple[Any, ...]]:
-        """The same increments as plain commands (cluster)."""
-        commands: list[tuple[Any, ...]] = []
+    def _merge_calls(self, slices: Slices, counted: Counted) -> list[tuple[str, list[Any]]]:
+        """Each key's MERGE arguments: its TTL, its integer increments (histogram buckets),
+        then its float ones (a histogram's sums, counters)."""
+        calls: list[tuple[str, list[Any]]] = []
         for step in ROLLUPS_S:
             ttl = self._rollup_ttl(step)
             for (route, metric, start), histogram in rolled_up(slices, step).items():
-                key = self._keys.latency(route, metric, start, step)
-                commands += [("HINCRBY", key, bucket, count) for bucket, count in histogram.counts.items()]
-                commands.append(("HINCRBYFLOAT", key, Histogram.SUM_FIELD, repr(histogram.total)))
-                commands.append(("HINCRBYFLOAT", key, Histogram.SQUARES_FIELD, repr(histogram.total_sq)))
-                commands.append(("EXPIRE", key, ttl))
-            for (route, start), counts in rolled_up_counts(counted, step).items():
-                key = self._keys.counts(route, start, step)
-                commands += [
-                    ("HINCRBYFLOAT", key, name, repr(float(value))) for name, value in counts.items()
+                args: list[Any] = [ttl, len(histogram.counts)]
+                for bucket, count in histogram.counts.items():
+                    args += [bucket, count]
+                args += [
+                    Histogram.SUM_FIELD,
+                    repr(histogram.total),
+                    Histogram.SQUARES_FIELD,
+                    repr(histogram.total_sq),
                 ]
-                commands.append(("EXPIRE", key, ttl))
-        return commands
+                calls.append((self._keys.latency(route, metric, start, step), args))
+            for (route, start), counts in rolled_up_counts(counted, step).items():
+                args = [ttl, 0]
+                for name, value in counts.items():
+                    args += [name, repr(float(value))]
+                calls.append((self._keys.counts(route, start, step), args))
+        return calls

@@ -111,7 +111,6 @@ class RedisStore:
             request_batch,
             Keys(prefix),
             settings,
-            cluster=isinstance(target, RedisCluster),
         )
         self.leases = RedisLeases(link)
         self.series = RedisSeries(link)
