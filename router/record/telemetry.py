@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
@@ -140,6 +141,19 @@ _COUNTERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 
 
+_MAX_ROUTE_SERIES = 4096  # routes whose latency series a Telemetry keeps at hand
+
+
+@dataclass(frozen=True, slots=True)
+class _RouteSeries:
+    """One route's latency histograms, as `labels()` returns them."""
+
+    ttft: PromHistogram
+    itl: PromHistogram
+    queue: PromHistogram
+    e2e: PromHistogram
+
+
 class Telemetry:
     """Everything the gateway reports about requests, built once per app (no globals)."""
 
@@ -173,11 +187,27 @@ class Telemetry:
         for attr, (name, doc, labels) in _COUNTERS.items():
             setattr(self, attr, Counter(name, doc, labels, registry=self.registry))
         self.economics: dict[str, dict[str, float]] = {}  # endpoint -> gauge -> value (EconomicsGauges)
+        # (model, route, kind) -> its latency series, looked up once (`labels()` per request
+        # was a measurable share of a request's CPU); bounded, past that looked up each time
+        self._route_series: dict[tuple[str, str, str], _RouteSeries] = {}
 
     def watch(self, snapshot: Callable[[], Snapshot], store: StoreHealth) -> None:
         """Report the live gauges (in-flight, queue depth, store health, the dedicated pools'
         economics) at scrape time."""
         self.registry.register(_LiveGauges(snapshot, store, self.economics))
+
+    def _series_of(self, labels: tuple[str, str, str]) -> _RouteSeries:
+        found = self._route_series.get(labels)
+        if found is None:
+            found = _RouteSeries(
+                self.ttft.labels(*labels),
+                self.itl.labels(*labels),
+                self.queue.labels(*labels),
+                self.e2e.labels(*labels),
+            )
+            if len(self._route_series) < _MAX_ROUTE_SERIES:
+                self._route_series[labels] = found
+        return found
 
     def task_settled(self, route: str, result: str) -> None:
         """A task settled (router/record/tasks.py), `route` as `model/endpoint`."""
@@ -187,17 +217,18 @@ class Telemetry:
     def record(self, record: RequestRecord) -> None:
         route, kind = record.route or "-", str(record.kind or "-")
         labels = (record.model, route, kind)
+        series = self._series_of(labels)
         m = record.measures
         if m.ttft_ms is not None:
-            self.ttft.labels(*labels).observe(m.ttft_ms / 1000)
+            series.ttft.observe(m.ttft_ms / 1000)
             self._otel_ttft.record(m.ttft_ms / 1000, {GEN_AI_REQUEST_MODEL: record.model, ROUTE: route})
         if m.itl_ms is not None:
-            self.itl.labels(*labels).observe(m.itl_ms / 1000)
+            series.itl.observe(m.itl_ms / 1000)
         if m.queue_ms > 0:
-            self.queue.labels(*labels).observe(m.queue_ms / 1000)
+            series.queue.observe(m.queue_ms / 1000)
         if record.overhead_ms is not None:
             self.overhead.labels(record.model).observe(record.overhead_ms / 1000)
-        self.e2e.labels(*labels).observe(record.e2e_ms / 1000)
+        series.e2e.observe(record.e2e_ms / 1000)
         self.requests.labels(*labels, record.outcome).inc()
         if m.code is not None:
             self.errors.labels(*labels, m.code).inc()

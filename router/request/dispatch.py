@@ -108,7 +108,7 @@ class Dispatcher:
         what the request's key counted before its body was read (router/request/quota.py)."""
         job = self._job(path, body, headers, received_at, client, request_id=request_id or new_request_id())
         del body  # from here the request holds only what it sends upstream (docs/security.md)
-        if self._quota is not None:  # a named key's reservation, before any upstream
+        if self._quota is not None and client.key is not None:  # a named key's reservation, first
             limits, request = self._limits, job.facts.request
             worst = worst_case(
                 request, job.facts.config, limits.reserved_output_tokens, limits.request_timeout_s
