@@ -42,7 +42,8 @@ from router.signals.loop import Signals
 from router.spill.keep_warm import KeepWarm
 from router.spill.shadow import Shadow
 from router.state.memory.store import MemoryStore
-from router.state.redis.address import BadRedisUrl, read_url
+from router.state.redis.address import BadRedisUrl
+from router.state.redis.clients import keyed, target_of
 from router.state.redis.store import RedisStore
 from router.state.roles import StateStore, StoreUnreachableAtStart
 from router.state.tasks import EarlyBound
@@ -67,13 +68,21 @@ def build_policies(config: GatewayConfig) -> Mapping[str, Policy]:
 def check_state(config: GatewayConfig) -> None:
     """The state section as start-up would read it, without connecting: a Redis URL that cannot
     be used (its scheme, an option, a TLS file) is a ConfigError naming `state.redis_url`."""
-    url = config.state.redis_url
-    if not url:
+    state = config.state
+    if not state.redis_url:
+        if state.redis_password_file:
+            raise ConfigError(["state.redis_password_file: set, but no state.redis_url uses it"])
         return
-    try:
-        read_url(url)
+    try:  # builds the client as start-up would, without connecting
+        target_of(
+            state.redis_url,
+            cluster=state.redis_cluster,
+            timeout_s=state.redis_timeout_s,
+            client=state.redis_client,
+            password_file=state.redis_password_file,
+        )
     except BadRedisUrl as exc:
-        raise ConfigError([f"state.redis_url: {exc}"]) from None
+        raise ConfigError([keyed(exc)]) from None
 
 
 def store_for(config: GatewayConfig, loops: Loops | None = None) -> StateStore:
@@ -100,6 +109,8 @@ def store_for(config: GatewayConfig, loops: Loops | None = None) -> StateStore:
         fallback_share=state.fallback_share,
         cluster=state.redis_cluster,
         timeout_s=state.redis_timeout_s,
+        client=state.redis_client,
+        password_file=state.redis_password_file,
         start_degraded=state.start_degraded,
         loops=loops,
     )

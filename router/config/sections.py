@@ -4,7 +4,7 @@ its keys, its limits, and how long tasks are tracked."""
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -55,6 +55,13 @@ class StateConfig(Frozen):
     # a Redis command without a reply this long cuts its connection (the commands in flight
     # fail, the next opens a new one); also the connect timeout
     redis_timeout_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    # how a single Redis is spoken to: `line`, the store's own connections (the cheapest per
+    # request), or `redis-py`, its pooled client (for Sentinel, redis+sentinel:// URLs, and
+    # redis_password_file); Redis Cluster always uses redis-py's cluster client
+    redis_client: Literal["line", "redis-py"] = "line"
+    # a file holding the Redis password (a mounted secret), read for every new connection so
+    # a rotated password is used without a restart; needs redis_client: redis-py
+    redis_password_file: str = ""
     leader_ttl_s: Annotated[float, Field(ge=1, le=300)] = 10.0  # the canary controller's leader lease
 
 

@@ -88,3 +88,41 @@ def test_check_config_refuses_the_url_start_up_would_refuse(url, says):
 def test_check_config_takes_a_good_url_and_the_memory_store():
     check_state(_config("redis://127.0.0.1:6379/0?protocol=3"))
     check_state(_config(""))
+
+
+def _state(**state: object) -> GatewayConfig:
+    config = _config("")
+    return config.model_copy(update={"state": config.state.model_copy(update=state)})
+
+
+def test_a_sentinel_url_needs_the_redis_py_client_and_says_so():
+    with pytest.raises(ConfigError, match=r"state\.redis_url: a Sentinel URL needs state\.redis_client: redis-py"):
+        check_state(_state(redis_url="redis+sentinel://127.0.0.1:26379/mymaster"))
+    check_state(_state(redis_url="redis+sentinel://127.0.0.1:26379/mymaster", redis_client="redis-py"))
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis+sentinel://127.0.0.1:26379", "names its sentinels and a service"),
+        ("redis+sentinel://127.0.0.1:x/mymaster", "expected HOST:PORT"),
+        ("redis+sentinel://127.0.0.1:26379/mymaster?retry_on_timeout=true", "'retry_on_timeout' is not implemented"),
+    ],
+)
+def test_a_sentinel_url_that_cannot_be_used_is_refused_naming_why(url, problem):
+    with pytest.raises(ConfigError, match=problem):
+        check_state(_state(redis_url=url, redis_client="redis-py"))
+
+
+def test_a_password_file_needs_the_redis_py_client_and_a_file_that_reads(tmp_path):
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\n")
+    with pytest.raises(ConfigError, match=r"state\.redis_password_file needs state\.redis_client: redis-py"):
+        check_state(_state(redis_url="redis://127.0.0.1:6379/0", redis_password_file=str(secret)))
+    check_state(_state(redis_url="redis://127.0.0.1:6379/0", redis_password_file=str(secret), redis_client="redis-py"))
+    with pytest.raises(ConfigError, match=r"state\.redis_password_file: .*No such file"):
+        check_state(
+            _state(redis_url="redis://127.0.0.1:6379/0", redis_password_file=str(tmp_path / "gone"), redis_client="redis-py")
+        )
+    with pytest.raises(ConfigError, match=r"state\.redis_password_file: set, but no state\.redis_url"):
+        check_state(_state(redis_password_file=str(secret)))

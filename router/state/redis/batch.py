@@ -5,7 +5,8 @@ the Redis store goes through here: the request path's and the background's alike
 With sixteen requests in flight, their slot acquires and releases would otherwise be sixteen
 separate round trips, each paying the client's per-command cost (under load that, not Redis,
 was the Redis store's price per request, issue 13). On a single Redis the batches go down one
-connection (router/state/redis/line.py), each written as soon as it is formed; on a cluster
+connection (router/state/redis/line.py), each written as soon as it is formed; with redis-py
+(`state.redis_client: redis-py`, Sentinel) each batch is one redis-py pipeline; on a cluster
 each batch is a redis-py cluster pipeline, which routes every command to its node (a script
 call, which redis-py's cluster pipeline refuses, is sent on its own).
 
@@ -26,7 +27,7 @@ import asyncio
 import functools
 from typing import Any, ClassVar
 
-from redis.asyncio import RedisCluster
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
 from router.state.redis.address import RedisAddress
@@ -44,11 +45,16 @@ class Batcher:
     client's pipeline here to compare their cost per request (docs/benchmarks.md)."""
 
     def __init__(
-        self, target: RedisAddress | RedisCluster, timeout_s: float = TIMEOUT_S, *, closes_client: bool = True
+        self,
+        target: RedisAddress | Redis | RedisCluster,
+        timeout_s: float = TIMEOUT_S,
+        *,
+        closes_client: bool = True,
     ) -> None:
         """`target`: a single Redis (its own line, cut after `timeout_s` without a reply) or a
-        cluster client (redis-py, with its own socket timeouts; closed with this batcher unless
-        `closes_client` is False: another batcher shares it)."""
+        redis-py client, plain or cluster (with its own socket timeouts; closed with this
+        batcher unless `closes_client` is False: another batcher shares it)."""
+        self._client = target if isinstance(target, Redis | RedisCluster) else None
         self._cluster = target if isinstance(target, RedisCluster) else None
         self._closes_client = closes_client
         self._line = Batcher.line_factory(target, timeout_s) if isinstance(target, RedisAddress) else None
@@ -122,28 +128,26 @@ class Batcher:
         if self._line is not None:
             self._line.send([command for command, _ in batch], [reply for _, reply in batch])
             return
-        task = asyncio.get_running_loop().create_task(self._cluster_round_trip(batch))
+        task = asyncio.get_running_loop().create_task(self._client_round_trip(batch))
         self._rounds.add(task)
         task.add_done_callback(self._rounds.discard)
 
-    async def _cluster_round_trip(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
-        assert self._cluster is not None
-        scripts = [(c, r) for c, r in batch if c[0] == "EVALSHA"]
-        plain = [(c, r) for c, r in batch if c[0] != "EVALSHA"]
+    async def _client_round_trip(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
+        """One pipeline; on a cluster, the script calls each on their own (its pipeline refuses them)."""
+        scripts = [(c, r) for c, r in batch if c[0] == "EVALSHA"] if self._cluster is not None else []
+        plain = [(c, r) for c, r in batch if c[0] != "EVALSHA"] if scripts else batch
         try:
-            await asyncio.gather(
-                self._cluster_pipeline(plain), *(self._cluster_one(c, r) for c, r in scripts)
-            )
+            await asyncio.gather(self._pipeline(plain), *(self._one(c, r) for c, r in scripts))
         except BaseException as exc:  # cancelled at shutdown: nobody may wait forever
             fail([reply for _, reply in batch], RedisError(f"the Redis round trip was abandoned ({exc!r})"))
             raise
 
-    async def _cluster_pipeline(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
-        assert self._cluster is not None
+    async def _pipeline(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
+        assert self._client is not None
         if not batch:
             return
         try:
-            async with self._cluster.pipeline(transaction=False) as pipe:
+            async with self._client.pipeline(transaction=False) as pipe:
                 for command, _ in batch:
                     pipe.execute_command(*command)
                 replies = await pipe.execute(raise_on_error=False)
@@ -153,10 +157,10 @@ class Batcher:
         for (_, reply), answer in zip(batch, replies, strict=True):
             deliver(reply, answer)
 
-    async def _cluster_one(self, command: Command, reply: asyncio.Future[Any]) -> None:
-        assert self._cluster is not None
+    async def _one(self, command: Command, reply: asyncio.Future[Any]) -> None:
+        assert self._client is not None
         try:
-            deliver(reply, await self._cluster.execute_command(*command))
+            deliver(reply, await self._client.execute_command(*command))
         except (RedisError, OSError) as exc:
             deliver(reply, as_redis_error(exc))
 
@@ -173,8 +177,8 @@ class Batcher:
             await asyncio.wait(waiting, timeout=timeout_s)
         if self._line is not None:
             await self._line.close()
-        if self._cluster is not None and self._closes_client:
-            await self._cluster.aclose()
+        if self._client is not None and self._closes_client:
+            await self._client.aclose()
 
 
 def _pass_on(reply: asyncio.Future[Any], relay: asyncio.Future[Any]) -> None:

@@ -27,14 +27,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from policies.types import Snapshot
 from router.errors import StoreUnavailable
 from router.periodic import Loops
-from router.state.redis.address import BadRedisUrl, RedisAddress, read_url, redacted
+from router.state.redis.address import BadRedisUrl, redacted
 from router.state.redis.batch import TIMEOUT_S, Batcher
+from router.state.redis.clients import ClientName, keyed, target_of
 from router.state.redis.control import (
     RedisCanaryRuns,
     RedisCircuits,
@@ -49,23 +49,6 @@ from router.state.redis.quotas import RedisQuotas
 from router.state.redis.series import RedisSeries
 from router.state.redis.tasks import RedisTasks
 from router.state.roles import StoreUnreachableAtStart
-
-_CLUSTER_CONNECTIONS = 32  # per node: more callers wait for one
-
-
-def target_of(url: str, *, cluster: bool, timeout_s: float = TIMEOUT_S) -> RedisCluster | RedisAddress:
-    """What the Batcher talks to: a cluster client (redis-py) for `cluster` or a
-    `redis+cluster://` URL, else the single Redis's address (its own line). Both read the URL
-    with one parser, so an option means the same on either path (router/state/redis/address.py)."""
-    plain, address, names_cluster = read_url(url)
-    if cluster or names_cluster:
-        return RedisCluster.from_url(
-            plain,
-            max_connections=_CLUSTER_CONNECTIONS,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-        )
-    return address
 
 
 class RedisStore:
@@ -88,15 +71,19 @@ class RedisStore:
         prefix: str = "tidegate",
         cluster: bool = False,
         timeout_s: float = TIMEOUT_S,
+        client: ClientName = "line",
+        password_file: str = "",
         start_degraded: bool = False,
         loops: Loops | None = None,
     ) -> None:
         self.loops = loops or Loops()
         self._url = redacted(url)
         try:
-            target = target_of(url, cluster=cluster, timeout_s=timeout_s)
+            target = target_of(
+                url, cluster=cluster, timeout_s=timeout_s, client=client, password_file=password_file
+            )
         except BadRedisUrl as exc:
-            raise StoreUnreachableAtStart(f"state.redis_url: {exc}") from None
+            raise StoreUnreachableAtStart(keyed(exc)) from None
         settings = LinkSettings(
             pools=tuple(sorted(set(pools))),
             routes=tuple(sorted(set(routes))),
@@ -105,7 +92,7 @@ class RedisStore:
             retention_s=int(retention_s),
             fallback_share=fallback_share,
         )
-        request_batch = Batcher(target, timeout_s, closes_client=False)  # a cluster client is shared
+        request_batch = Batcher(target, timeout_s, closes_client=False)  # a redis-py client is shared
         self._link = link = RedisLink(
             Batcher(target, timeout_s),
             request_batch,
