@@ -44,7 +44,7 @@ class StoreUnreachableAtStart(RuntimeError):
 
 
 class Leases(Protocol):
-    """Dedicated slots (the request path's only I/O with the store)."""
+    """Dedicated slots (with a named key's quota steps, the request path's only I/O with the store)."""
 
     async def try_acquire(self, pool: str, slots: Slots, wait_s: float = 0.0) -> Lease | None: ...
 
