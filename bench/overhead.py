@@ -16,6 +16,8 @@ Variants, measured one after the other against the same upstream in one run:
   redis-py, glide, coredis
               the Redis store with a maintained client in place of our line
               (bench/redis_clients.py; `--clients` adds all three)
+  cluster     one worker, the Redis store on a 3-master Redis Cluster (redis-py's cluster
+              client; tests/servers.py starts the nodes; `--clients` adds it too)
   memory@before, redis@before
               memory and redis from an earlier source tree (`--before DIR`, e.g. a
               `git worktree add /tmp/before 509f476`), run with the same interpreter
@@ -47,6 +49,7 @@ from bench.loadgen import Run, cpu_seconds, free_port, load, pct, pooled, wait_f
 from bench.nginx_upstream import start_nginx
 from bench.overhead_summary import Row, Rows
 from bench.redis_clients import missing
+from tests.servers import RedisClusterServers
 
 GATEWAY_CONF = """
 listen: {{host: 127.0.0.1, port: {port}}}
@@ -69,6 +72,7 @@ class Variant:
     record: bool = True
     floor: bool = False
     client: str | None = None  # a maintained client in place of our line (bench/redis_clients.py)
+    cluster: bool = False  # the Redis store on a Redis Cluster
     tree: Path | None = None  # an earlier source tree (`--before`)
 
 
@@ -79,6 +83,7 @@ VARIANTS = {
     "redis-2w": Variant("redis-2w", redis=True, workers=2),
     "redis-norec": Variant("redis-norec", redis=True, record=False),
     **{client: Variant(client, redis=True, client=client) for client in CLIENTS},
+    "cluster": Variant("cluster", redis=True, cluster=True),
 }
 
 
@@ -103,21 +108,25 @@ def main() -> None:
         if redis_server is not None:
             redis = [redis_server, "--port", str(redis_port), "--save", "", "--appendonly", "no"]
             procs.append(subprocess.Popen(["taskset", "-c", "1", *redis], stdout=subprocess.DEVNULL))
+        cluster = RedisClusterServers(tmp).start() if any(v.cluster for v in variants) else None
+        urls = {False: f"redis://127.0.0.1:{redis_port}/0", True: cluster.url if cluster else ""}
         try:
             wait_for(f"http://127.0.0.1:{up}/missing-is-fine")
-            gateways = [start_gateway(v, Path(tmp), up, redis_port, procs) for v in variants]
+            gateways = [start_gateway(v, Path(tmp), up, urls[v.cluster], procs) for v in variants]
             rows = asyncio.run(measure(up, gateways, args))
         finally:
             for p in reversed(procs):
                 p.terminate()
                 p.wait(timeout=30)
+            if cluster is not None:
+                cluster.stop()
     summaries.against_floor(rows, args.concurrency)
     names = {v.name for v in variants}
     if args.before is not None:
         pairs = [(f"{name}@before", name) for name in ("memory", "redis") if f"{name}@before" in names]
         over = summaries.against(rows, pairs, summaries.BEFORE_LIMIT, f"this tree / {args.before}")
         print(f"\nrows worse than the earlier tree by more than 5% (CPU per request): {over}")
-    clients = [c for c in CLIENTS if c in names]
+    clients = [c for c in (*CLIENTS, "cluster") if c in names]
     if clients:
         pairs = [("redis", client) for client in clients]
         title = "maintained Redis clients / our own line (the Redis store, one worker)"
@@ -135,7 +144,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--variants", nargs="+", choices=sorted(VARIANTS), default=["floor", "memory", "redis", "redis-2w"]
     )
-    parser.add_argument("--clients", action="store_true", help="add redis-py, glide and coredis")
+    parser.add_argument("--clients", action="store_true", help="add redis-py, glide, coredis and cluster")
     parser.add_argument(
         "--before", type=Path, metavar="DIR", help="add memory and redis from this source tree"
     )
@@ -143,7 +152,7 @@ def _arguments() -> argparse.Namespace:
 
 
 def _variants(args: argparse.Namespace) -> list[Variant]:
-    names = list(dict.fromkeys(args.variants + (["redis", *CLIENTS] if args.clients else [])))
+    names = list(dict.fromkeys(args.variants + (["redis", *CLIENTS, "cluster"] if args.clients else [])))
     variants = [VARIANTS[name] for name in names]
     for variant in variants:
         if variant.client is not None and (install := missing(variant.client)) is not None:
@@ -158,14 +167,14 @@ def _variants(args: argparse.Namespace) -> list[Variant]:
 
 
 def start_gateway(
-    variant: Variant, tmp: Path, up: int, redis_port: int, procs: list[subprocess.Popen[bytes]]
+    variant: Variant, tmp: Path, up: int, redis_url: str, procs: list[subprocess.Popen[bytes]]
 ) -> Gateway:
     port = free_port()
     env = os.environ.copy()
     if variant.floor:
         command = [sys.executable, "-m", "bench.floor", f"http://127.0.0.1:{up}", str(port)]
     else:
-        redis_url = f"redis://127.0.0.1:{redis_port}/0" if variant.redis else ""
+        redis_url = redis_url if variant.redis else ""
         config = tmp / f"tidegate-{variant.name}.yaml"
         record = str(variant.record).lower()
         config.write_text(GATEWAY_CONF.format(port=port, up=up, redis_url=redis_url, record=record))
