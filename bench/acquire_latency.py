@@ -38,6 +38,8 @@ WINDOW_S = 3600.0
 HERE = Path(__file__).resolve()
 
 
+# The child runs this file from another source tree, so it imports no bench module: these two
+# helpers stand here beside bench/loadgen.py's free_port and pct rather than import them.
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -171,6 +171,7 @@ def start_gateway(
 ) -> Gateway:
     port = free_port()
     env = os.environ.copy()
+    cwd = variant.tree or Path.cwd()
     if variant.floor:
         command = [sys.executable, "-m", "bench.floor", f"http://127.0.0.1:{up}", str(port)]
     else:
@@ -178,14 +179,13 @@ def start_gateway(
         config = tmp / f"tidegate-{variant.name}.yaml"
         record = str(variant.record).lower()
         config.write_text(GATEWAY_CONF.format(port=port, up=up, redis_url=redis_url, record=record))
-        tree = variant.tree or Path.cwd()
-        command_module = "tidegate" if (tree / "tidegate" / "__main__.py").exists() else "router.cli"  # older trees
+        older = not (cwd / "tidegate" / "__main__.py").exists()  # an earlier tree: router.cli
+        command_module = "router.cli" if older else "tidegate"
         entry = ["bench.redis_clients", variant.client] if variant.client else [command_module]
         command = [sys.executable, "-m", *entry, "--log-level", "info"]  # access log on, as in production
         command += ["serve", "--config", str(config), "--workers", str(variant.workers)]
         if variant.tree is not None:
             env["PYTHONPATH"] = str(variant.tree)
-    cwd = variant.tree or Path.cwd()
     gateway = subprocess.Popen(
         ["taskset", "-c", "0", *command],
         env=env,

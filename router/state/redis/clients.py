@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel
@@ -113,27 +112,26 @@ def _sentinel_master(url: str, timeout_s: float, password_file: str) -> Redis:
     scheme = "rediss" if tls else "redis"
     master_url = f"{scheme}://{credentials + '@' if credentials else ''}127.0.0.1/{db or 0}"
     address = parse_url(master_url + (f"?{query}" if query else ""))  # the same options as any URL
-    auth = urlsplit(master_url)
-    provider = _credentials(password_file, address.username)
     kwargs: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
         "db": address.db,
-        "ssl": tls,
-        "ssl_cert_reqs": "required" if address.verify else "none",
-        "ssl_ca_certs": address.ca_file,
-        "ssl_certfile": address.cert_file,
-        "ssl_keyfile": address.key_file,
-        "ssl_check_hostname": address.check_hostname,
         "protocol": address.protocol,
     }
-    if not tls:
-        kwargs = {k: v for k, v in kwargs.items() if not k.startswith("ssl")}
+    if tls:
+        kwargs |= {
+            "ssl": True,
+            "ssl_cert_reqs": "required" if address.verify else "none",
+            "ssl_ca_certs": address.ca_file,
+            "ssl_certfile": address.cert_file,
+            "ssl_keyfile": address.key_file,
+            "ssl_check_hostname": address.check_hostname,
+        }
+    provider = _credentials(password_file, address.username)
     if provider is not None:
         kwargs["credential_provider"] = provider
-    else:
-        kwargs["username"] = unquote(auth.username) if auth.username else None
-        kwargs["password"] = unquote(auth.password) if auth.password else None
+    else:  # as parse_url read them, the URL's own or its ?username= / ?password= options
+        kwargs["username"], kwargs["password"] = address.username, address.password
     sentinel = Sentinel(sentinels, socket_timeout=timeout_s, sentinel_kwargs={"socket_timeout": timeout_s})
     master: Redis = sentinel.master_for(service, max_connections=POOL_CONNECTIONS, **kwargs)
     return master

@@ -38,7 +38,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from router.errors import StoreUnavailable
 from router.state.memory.leases import MemoryLeases
-from router.state.redis.link import Command, RedisLink, log
+from router.state.redis.link import Command, RedisLink, RedisRole, log
 from router.state.redis.scripts import ACQUIRE, COUNT, FORGET_PENDING, REMOVE, RENEW
 from router.state.slots import Lease, Slots, members
 
@@ -50,12 +50,13 @@ _FORGET_EVERY_S = 0.5
 _PREFILL_KEPT_S = 86400
 
 
-class RedisLeases:
+class RedisLeases(RedisRole):
     """Dedicated slots (roles.Leases, roles.PrefillShare) and the pools' counts in the snapshot."""
 
+    REQUEST_PATH = True  # acquires and releases: their own line
+
     def __init__(self, link: RedisLink) -> None:
-        self._link = link
-        self._batch, self._keys = link.request_batch, link.keys  # acquires and releases: their own line
+        super().__init__(link)
         self._ttl_ms = link.settings.ttl_ms
         self._local = MemoryLeases()  # admission while Redis (or one pool's keys) is unusable
         self.fallback_admissions = 0

@@ -1,12 +1,13 @@
 """The Redis store's connection object: what every role of the store shares (router/state/redis/
-store.py composes them). Its Batcher (every command goes through it), its keys, its settings,
-the degraded flag, and the snapshot the roles publish their fields into.
+store.py composes them). Its two batchers (every command goes through one of them), its keys,
+its settings, the degraded flag, and the snapshot the roles publish their fields into.
 
 Two batchers: `request_batch` carries the request path's commands (acquires, releases, prefill
 ends, task settlements, quota steps) and nothing else, so no read of windows, reports or admin
 data can queue ahead of an acquire; `batch` carries the rest (the refresh, renewals, the flush,
 the windows, the control plane). On a single Redis each is a connection of its own; on Redis
-Cluster both form their pipelines on the one cluster client's pool. A role is a class that
+Cluster (and with `state.redis_client: redis-py`) both form their pipelines on the one
+redis-py client's pool. A role is a class that
 takes the link; one that feeds the snapshot is a `SnapshotFeed`, and the store's one refresh
 sends every feed's commands in one round trip and hands each feed its own answers back."""
 
@@ -76,18 +77,22 @@ class RedisRole:
         self._keys = link.keys
 
     async def _ask(self, what: str, *command: Any) -> Any:
-        """One command; StoreUnavailable, saying `what` failed, when Redis cannot be reached."""
-        try:
-            return await self._batch.call(*command)
-        except RedisError as exc:
-            raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
+        return await ask(self._batch, what, *command)
 
     async def _run(self, what: str, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """One script, the same way."""
+        """One script; StoreUnavailable, saying `what` failed, when Redis cannot be reached."""
         try:
             return await self._batch.call_script(script, keys, args)
         except RedisError as exc:
             raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
+
+
+async def ask(batch: Batcher, what: str, *command: Any) -> Any:
+    """One command; StoreUnavailable, saying `what` failed, when Redis cannot be reached."""
+    try:
+        return await batch.call(*command)
+    except RedisError as exc:
+        raise StoreUnavailable(f"{what}: {_why(exc)}") from exc
 
 
 class SnapshotFeed(Protocol):

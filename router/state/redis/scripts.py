@@ -305,26 +305,20 @@ end
 return version + 1
 """
 
-# KEYS: one 10 s slice's hash and the hashes of the longer slices it rolls up into. ARGV: each
-# key's TTL in seconds (one per key), the number of integer fields n, then n (field, count)
-# pairs added with HINCRBY, then (field, amount) pairs added with HINCRBYFLOAT. One call
-# carries a slice's increments once for all its rollups: the flush packs a third of the
-# arguments it would as separate commands (issue 13). Single Redis only: on a cluster the
-# rollups live in different hash slots, and the flush sends the commands one by one.
+# KEYS: one slice's hash (10 s, 1 min or 1 h). ARGV: its TTL in seconds, the number of integer
+# fields n, then n (field, count) pairs added with HINCRBY, then (field, amount) pairs added
+# with HINCRBYFLOAT. One key, so one hash slot: a single Redis and a cluster get the same calls
+# (the flush sums each key's increments first, router/state/redis/series.py).
 _MERGE_LUA = """
-local keys = #KEYS
-local ints = tonumber(ARGV[keys + 1])
-local floats_from = keys + 2 + 2 * ints
-for k = 1, keys do
-  for i = keys + 2, floats_from - 1, 2 do
-    redis.call('HINCRBY', KEYS[k], ARGV[i], ARGV[i + 1])
-  end
-  for i = floats_from, #ARGV, 2 do
-    redis.call('HINCRBYFLOAT', KEYS[k], ARGV[i], ARGV[i + 1])
-  end
-  redis.call('EXPIRE', KEYS[k], ARGV[k])
+local floats_from = 3 + 2 * tonumber(ARGV[2])
+for i = 3, floats_from - 1, 2 do
+  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
 end
-return keys
+for i = floats_from, #ARGV, 2 do
+  redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
 """
 
 

@@ -1,8 +1,8 @@
 """Latency histograms and counters, shared: samples are buffered in-process and merged into
 Redis in the background every `flush_s` (router/state/latency.py has the histograms), so
 recording adds no round trip to a request; the merge goes down the background's line (never
-the acquires'). Each 10 s slice also adds into its 1 min and 1 h rollups
-(one MERGE script per slice, server-side), so a window of any length reads at most a few
+the acquires'). Each 10 s slice also adds into its 1 min and 1 h rollups (the flush sums
+each key's increments, then sends one MERGE script per key), so a window of any length reads at most a few
 hundred slices per route. Fine slices expire after two hours, rollups after `retention_s`.
 """
 
@@ -31,7 +31,7 @@ from router.state.latency import (
     rolled_up_counts,
     slices_in_window,
 )
-from router.state.redis.link import RedisLink, log
+from router.state.redis.link import RedisLink, RedisRole, log
 from router.state.redis.readings import as_mapping
 from router.state.redis.scripts import MERGE
 
@@ -45,13 +45,12 @@ Slices = Mapping[tuple[str, Metric, int], Histogram]
 Counted = Mapping[tuple[str, int], Counts]
 
 
-class RedisSeries:
+class RedisSeries(RedisRole):
     """Samples and the windows over them (roles.Samples, roles.Windows); the snapshot's latency
     figures, refreshed every second (`refresh_latency`)."""
 
     def __init__(self, link: RedisLink) -> None:
-        self._link = link
-        self._batch, self._keys = link.batch, link.keys
+        super().__init__(link)
         self._book, self._counts = LatencyBook(), CountBook()
 
     def observe(self, route: str, metric: Metric, value_ms: float) -> None:

@@ -5,7 +5,8 @@ series (latency histograms and counters), circuits, leadership, canary runs, ran
 Every command goes down one of two Batchers (router/state/redis/batch.py): the request path's
 (acquires, releases, settlements, quota steps) and the background's (everything else), so no
 window read queues ahead of an acquire. On a single Redis each is a connection of the store's
-own (line.py); on Redis Cluster both use redis-py's cluster client.
+own (line.py); on Redis Cluster, or with `state.redis_client: redis-py`, both use the one
+redis-py client (router/state/redis/clients.py).
 
 On the request path Redis costs exactly one round trip: the acquire (the release and the
 task settlement linger up to 2 ms for the next request's acquire and travel with it).
@@ -44,7 +45,7 @@ from router.state.redis.control import (
 )
 from router.state.redis.keys import Keys
 from router.state.redis.leases import RedisLeases
-from router.state.redis.link import LinkSettings, RedisLink, SnapshotFeed, log
+from router.state.redis.link import LinkSettings, RedisLink, SnapshotFeed, ask, log
 from router.state.redis.quotas import RedisQuotas
 from router.state.redis.series import RedisSeries
 from router.state.redis.tasks import RedisTasks
@@ -173,11 +174,8 @@ class RedisStore:
         """`started_at`: when the first replica sharing this Redis started (kept there), so a
         report bills dedicated capacity only from when the gateway existed, not a whole window."""
         batch, key = self._link.batch, self._link.keys.started_at
-        try:
-            await batch.call("SET", key, repr(self.started_at), "NX")
-            found = await batch.call("GET", key)
-        except RedisError as exc:
-            raise StoreUnavailable(f"the start time could not be stored or read ({exc})") from exc
+        await ask(batch, "the start time could not be stored", "SET", key, repr(self.started_at), "NX")
+        found = await ask(batch, "the start time could not be read", "GET", key)
         self.started_at = min(self.started_at, float(found)) if found else self.started_at
 
     async def start(self) -> None:
