@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Generic, Protocol
 
 from policies.types import Snapshot, T
@@ -39,6 +40,21 @@ class Reason(StrEnum):
         return self not in (Reason.BASELINE, Reason.SERVERLESS_ONLY)
 
 
+class Placed(StrEnum):
+    """Why a request went to the dedicated replica it went to (policies/placement.py): the
+    `x-tidegate-placement` header and the record's `placement`."""
+
+    PREFIX_AFFINITY = "prefix_affinity"  # it probably holds the prompt's prefix in cache
+    SESSION_AFFINITY = "session_affinity"  # it is the session's home
+    LEAST_LOADED = "least_loaded"
+    ROUND_ROBIN = "round_robin"
+    LISTED = "listed"
+    OVERFLOW = "overflow"  # the replica placed first was full when asked: a later one took it
+
+
+NO_HITS: Mapping[str, float] = MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     """The request, as far as a policy needs it. A step's parameters (the model's canary
@@ -49,6 +65,9 @@ class RequestContext:
     stickiness_key: str | None
     prompt_tokens: int = 0  # estimated from the body (router/openai.py)
     canary_exempt: bool = False  # a batch request the canary gate lets through (routing.batch.canary)
+    session: str | None = None  # x-tidegate-session, else the task id: placement's session affinity
+    # dedicated replica -> the share of the prompt's prefix blocks it probably holds in cache
+    prefix_hits: Mapping[str, float] = field(default_factory=lambda: NO_HITS)  # shared, read-only
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +81,7 @@ class Decision(Generic[T]):
     # pool -> the most prompt tokens it may have pending for prefill once this request is in:
     # the store admits within it atomically (predicted-TTFT admission); absent: slots alone
     admit_within: Mapping[str, int] = field(default_factory=dict)
+    placement: Placed | None = None  # why the first dedicated target is first (two or more replicas)
 
 
 class Policy(Protocol):

@@ -1,5 +1,5 @@
-"""A policy built from steps: filters narrow the candidates, sorters reorder them, then a
-picker decides.
+"""A policy built from steps: filters narrow the candidates, sorters reorder them,
+a placer orders the dedicated replicas (policies/placement.py), then a picker decides.
 
 Contract: a filter returns a non-empty subset of the candidates it was given (in their
 order) plus a reason when its removal explains the decision (the parity gate removes without
@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from policies.base import Decision, Policy, Reason, RequestContext
+from policies.placement import Placer
 from policies.types import Snapshot, T, Target, is_dedicated
 
 
@@ -45,10 +46,17 @@ def drop_dedicated(
 
 
 class Pipeline:
-    def __init__(self, filters: Sequence[Filter], picker: Policy, sorters: Sequence[Sorter] = ()) -> None:
+    def __init__(
+        self,
+        filters: Sequence[Filter],
+        picker: Policy,
+        sorters: Sequence[Sorter] = (),
+        placer: Placer | None = None,
+    ) -> None:
         self._filters = tuple(filters)
         self._sorters = tuple(sorters)
         self._picker = picker
+        self._placer = placer
 
     def decide(self, context: RequestContext, snapshot: Snapshot, candidates: tuple[T, ...]) -> Decision[T]:
         reason: Reason | None = None
@@ -59,7 +67,13 @@ class Pipeline:
                 reason = reason or why
         for sorter in self._sorters:
             candidates = sorter.sort(context, snapshot, candidates)
+        placed = None
+        if self._placer is not None:
+            candidates, whys = self._placer.place(context, snapshot, candidates)
+            placed = whys or None
         decision = self._picker.decide(context, snapshot, candidates)
+        if placed is not None and decision.targets:
+            decision = replace(decision, placement=placed.get(decision.targets[0].name))
         if reason is None or decision.reason in (Reason.SATURATED, Reason.PREDICTED_SLOW):
             return decision
         return replace(decision, reason=reason)

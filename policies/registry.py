@@ -20,6 +20,7 @@ from policies.engine import EngineGate
 from policies.health import CircuitGate
 from policies.parity import ParityGate
 from policies.pipeline import Pipeline, Sorter
+from policies.placement import PlacementSettings, Placer
 from policies.predicted_ttft import Admission, PredictedTtftFirst
 from policies.serverless import FastestServerless, ServerlessOrder
 from policies.slo import SloGuard
@@ -40,6 +41,9 @@ class RoutingSettings(Protocol):
 
     @property
     def admission(self) -> Admission: ...
+
+    @property
+    def placement(self) -> PlacementSettings: ...
 
 
 class SloBudget(Protocol):
@@ -97,8 +101,8 @@ PICKERS: Mapping[Admission, Callable[[ModelSettings], Policy]] = MappingProxyTyp
 
 def _dedicated_first(model: ModelSettings) -> Policy:
     """canary gate -> parity gate -> circuit gate -> SLO guard -> engine signal -> serverless order ->
-    dedicated first: by free slots (with the optional wait in line for one), or by predicted
-    TTFT (`routing.admission`)."""
+    placement among the dedicated replicas -> dedicated first: by free slots (with the optional
+    wait in line for one), or by predicted TTFT (`routing.admission`)."""
     return Pipeline(
         filters=(
             CanaryGate(model.canary_percent),
@@ -109,6 +113,7 @@ def _dedicated_first(model: ModelSettings) -> Policy:
         ),
         sorters=SERVERLESS_ORDERS[model.routing.serverless](model.routing),
         picker=PICKERS[model.routing.admission](model),
+        placer=Placer(model.routing.placement.mode, model.routing.placement.weights),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from policies.placement import Placement, Weights
 from policies.predicted_ttft import Admission
 from policies.serverless import ServerlessOrder
 from router.config.endpoints import DedicatedEndpoint, Endpoint, ServerlessEndpoint
@@ -57,6 +58,31 @@ class BatchConfig(Frozen):
     canary: Literal["dedicated", "follow"] = "dedicated"
 
 
+class PlacementConfig(Frozen):
+    """How a request picks among a model's dedicated replicas (docs/routing.md, "Placement"):
+    `scored` ranks each by its load per slot less `prefix_weight` x the share of the prompt's
+    prefix it probably holds less `session_weight` when it is the session's home; `least_loaded`,
+    `round_robin` and `listed` (the first with room, in listed order) are the plain orders."""
+
+    mode: Placement = Placement.SCORED  # scored, least_loaded, round_robin or listed
+    load_weight: Annotated[float, Field(ge=0, le=100)] = 1.0  # per unit of busy share per slot
+    prefix_weight: Annotated[float, Field(ge=0, le=100)] = 0.5  # for holding the whole prefix
+    session_weight: Annotated[float, Field(ge=0, le=100)] = 0.3  # for being the session's home
+    # the prompt's prefix is hashed in blocks of this many bytes of its JSON (~128 tokens)
+    prefix_block_bytes: Annotated[int, Field(ge=64, le=65536)] = 512
+    max_prefix_blocks: Annotated[int, Field(ge=1, le=4096)] = 128  # a longer prompt: its first blocks
+    # blocks remembered per replica by each gateway process (LRU); 0: no prefix index
+    index_blocks: Annotated[int, Field(ge=0, le=10_000_000)] = 65536
+
+    @property
+    def weights(self) -> Weights:
+        return Weights(self.load_weight, self.prefix_weight, self.session_weight)
+
+    @property
+    def uses_prefix(self) -> bool:
+        return self.mode is Placement.SCORED and self.prefix_weight > 0 and self.index_blocks > 0
+
+
 class RoutingConfig(Frozen):
     # the spill order: as listed, or `fastest` by live p95 TTFT
     serverless: ServerlessOrder = ServerlessOrder.CONFIGURED
@@ -65,6 +91,7 @@ class RoutingConfig(Frozen):
     max_queue_ms: Annotated[float, Field(ge=0, le=10_000)] = 0.0  # wait for a dedicated slot; 0: spill
     admission: Admission = Admission.SLOTS  # or predicted_ttft (policies/predicted_ttft.py)
     batch: BatchConfig = BatchConfig()  # how batch keys' requests wait (router/request/priority.py)
+    placement: PlacementConfig = PlacementConfig()  # which dedicated replica first (two or more)
 
 
 class RetryConfig(Frozen):

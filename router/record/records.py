@@ -90,6 +90,7 @@ class RequestRecord:
     at: float | None = None  # wall-clock time it was recorded (Unix s): the access log replays as a trace
     hedge: Hedge | None = None  # its slow first attempt was hedged
     caller: str | None = None  # who sent it: its key's name (router/http/auth.py), never the key
+    placement: str | None = None  # why that dedicated replica (policies/placement.py); None: no choice
 
 
 @dataclass(slots=True)

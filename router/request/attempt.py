@@ -139,6 +139,7 @@ class Attempter:
                 walk.begin(target, skipped)
                 return target, lease
             walk.saturated()
+        walk.pool_full()
         raise NoCapacity(f"every dedicated endpoint of {job.facts.request.model} is at capacity")
 
     async def _acquire(self, job: Job, target: DedicatedEndpoint, *, first: bool) -> Lease | None:

@@ -201,6 +201,7 @@ class Books:
                 at=time.time(),
                 hedge=job.hedge,
                 caller=job.facts.client.caller,
+                placement=job.walk.placed,
             )
         )
 

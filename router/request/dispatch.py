@@ -14,6 +14,7 @@ import logging
 import math
 import random
 from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
@@ -44,6 +45,7 @@ from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
 from router.request.mirror import mirrored
+from router.request.placement import PlacementInputs, session_of
 from router.request.priority import batch_targets, batch_wait_s
 from router.request.quota import Grant, Quota, worst_case
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
@@ -87,6 +89,7 @@ class Dispatcher:
         self._telemetry = telemetry
         self._books = books
         self._policies = policies
+        self._placement = PlacementInputs(config.models)
         self._attempt = Attempter(
             config, leases, upstream, books=books, signals=signals, breakers=breakers, telemetry=telemetry
         )
@@ -136,6 +139,9 @@ class Dispatcher:
             reply = self._failed(job, GatewayError(INTERNAL_ERROR_MESSAGE, detail=repr(exc)))
         if job.grant is not None:
             reply.headers.update(job.grant.headers)
+        served = job.walk.last
+        if job.facts.prefix_blocks and isinstance(served, DedicatedEndpoint) and reply.status < 400:
+            self._placement.served(model, served.name, job.facts.prefix_blocks)
         return reply
 
     def _job(
@@ -161,7 +167,13 @@ class Dispatcher:
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
         batch_wait = batch_wait_s(config, client.key, headers, remaining_s)
         exempt = batch_wait is not None and config.routing.batch.canary == "dedicated"
+        task_id = _task_id(headers)
         context = RequestContext(request.model, request.stream, key, request.prompt_tokens, exempt)
+        blocks: tuple[int, ...] = ()
+        if len(config.dedicated) > 1:  # replicas to choose among (policies/placement.py)
+            blocks = self._placement.blocks(config, request.model, request.body)
+            hits = self._placement.shares(config, request.model, blocks)
+            context = replace(context, session=session_of(headers, task_id), prefix_hits=hits)
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         targets = decision.targets if batch_wait is None else batch_targets(config, decision.targets)
@@ -177,13 +189,14 @@ class Dispatcher:
             deadline=asyncio.get_running_loop().time() + remaining_s,
             queue_ms=decision.queue_ms,
             request_id=request_id,
-            task_id=_task_id(headers) or request_id,
+            task_id=task_id or request_id,
             admit_within=decision.admit_within,
             prompt_tokens=request.prompt_tokens if predicted else 0,
             mirrored=mirrored(config, request, request_id, headers),
             batch_wait_s=batch_wait,
+            prefix_blocks=blocks,
         )
-        job = Job(facts, Walk(targets, decision.reason))
+        job = Job(facts, Walk(targets, decision.reason, placement=decision.placement))
         self._attempt.body_for(job, targets[0])  # a body we cannot forward is the client's 400
         return job
 

@@ -56,6 +56,7 @@ class Facts:
     prompt_tokens: int  # counted as pending prefill on a dedicated pool (0: not counted)
     mirrored: bool = False  # sent to the model's shadow endpoint once answered (router/request/mirror.py)
     batch_wait_s: float | None = None  # a batch request: how long it may wait for a slot (priority.py)
+    prefix_blocks: tuple[int, ...] = ()  # its prompt's prefix hashes (router/request/placement.py)
 
 
 @dataclass(slots=True)

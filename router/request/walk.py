@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Generic
 
-from policies.base import Reason
-from policies.types import T
+from policies.base import Placed, Reason
+from policies.types import T, is_dedicated
 from router.record.records import Attempt, Outcome
 
 
@@ -26,6 +26,8 @@ class Walk(Generic[T]):
     attempts: list[Attempt] = field(default_factory=list)
     last: T | None = None  # the target of the latest attempt (None before the first)
     hedged: bool = False  # a hedge raced the first attempt (its attempt is among `attempts`)
+    placement: Placed | None = None  # why the first target (a dedicated replica) is first
+    _full: bool = False  # a dedicated target had no room for the request
     _cursor: int = 0
 
     def ahead(self) -> Iterator[tuple[int, T]]:
@@ -40,16 +42,34 @@ class Walk(Generic[T]):
         return self.targets[self._cursor % len(self.targets)]
 
     def saturated(self) -> None:
-        """A dedicated target had no room for the request: it spills past it."""
+        """A dedicated target had no room for the request: it moves past it. The request is
+        `saturated` once it leaves the dedicated pool (or finds every replica full), not when
+        another replica of the pool takes it."""
+        self._full = True
+
+    def pool_full(self) -> None:
+        """Every dedicated target was full and there is nowhere else to go."""
         self.reason = Reason.SATURATED
 
     def begin(self, target: T, skipped: int) -> None:
         """An attempt goes to `target`, `skipped` targets past the cursor. Going elsewhere
-        than the failed attempt before it is a failover."""
+        than the failed attempt before it is a failover; going serverless past a full
+        dedicated replica is a spill for want of room."""
         self._cursor += skipped
         if self.attempts and self.attempts[-1].error is not None and target != self.last:
             self.reason = Reason.FAILOVER
+        elif self._full and not is_dedicated(target):
+            self.reason = Reason.SATURATED
         self.last = target
+
+    @property
+    def placed(self) -> Placed | None:
+        """Why the request is on the dedicated replica it is on: the placer's reason for
+        the one it placed first, `overflow` for a later one that took it when that was full."""
+        last = self.last
+        if self.placement is None or last is None or not is_dedicated(last):
+            return None
+        return self.placement if last == self.targets[0] else Placed.OVERFLOW
 
     @property
     def retries(self) -> int:
@@ -89,7 +109,8 @@ def tidegate_headers(
     upstream_model: str | None = None,
 ) -> dict[str, str]:
     """Where the request went and why: `x-tidegate-route` and `-kind` (once a target was
-    tried), `-reason`, `-attempts` and `-outcome` (once known), `-overhead-ms` and
+    tried), `-reason`, `-placement` (among two or more dedicated replicas), `-attempts` and
+    `-outcome` (once known), `-overhead-ms` and
     `-upstream-model` (the id the serving endpoint knows the model by; served answers)."""
     headers = {"x-tidegate-reason": walk.reason.value}
     if walk.last is not None:
@@ -98,6 +119,9 @@ def tidegate_headers(
     if outcome is not None:
         headers["x-tidegate-attempts"] = str(len(walk.attempts))
         headers["x-tidegate-outcome"] = outcome.value
+    placed = walk.placed
+    if placed is not None:
+        headers["x-tidegate-placement"] = placed.value
     if overhead_ms is not None:
         headers["x-tidegate-overhead-ms"] = f"{overhead_ms:.3f}"
     if upstream_model is not None:

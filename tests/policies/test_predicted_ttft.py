@@ -10,12 +10,14 @@ import pytest
 
 from policies import registry
 from policies.base import Reason, RequestContext
+from policies.placement import Placement
 from policies.predicted_ttft import Admission
 from policies.types import EngineQueue, Figures, PrefillModel, Snapshot
 from router.config import (
     ConfigError,
     DedicatedEndpoint,
     ModelConfig,
+    PlacementConfig,
     RoutingConfig,
     ServerlessEndpoint,
     SloConfig,
@@ -27,7 +29,8 @@ D1 = DedicatedEndpoint(gpu_hour_usd=0, name="d1", base_url="http://d1/v1", model
 D2 = DedicatedEndpoint(gpu_hour_usd=0, name="d2", base_url="http://d2/v1", model="x", max_concurrency=64)
 S1 = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s1", base_url="http://s1/v1", model="x")
 MODEL = ModelConfig(
-    routing=RoutingConfig(admission=Admission.PREDICTED_TTFT),
+    # replicas in listed order: these tables are about admission (placement: test_placement.py)
+    routing=RoutingConfig(admission=Admission.PREDICTED_TTFT, placement=PlacementConfig(mode=Placement.LISTED)),
     slo=SloConfig(ttft_budget_ms=2000),
     dedicated=(D1, D2),
     serverless=(S1,),

@@ -1,0 +1,124 @@
+"""What placement reads of a request before its policy decides (policies/placement.py): the
+session it belongs to, and which dedicated replica probably holds its prompt's prefix in cache.
+
+The prefix index is this gateway process's own: for each replica, the prompt-prefix blocks
+this process sent it lately (an LRU of block hashes, `routing.placement.index_blocks` per
+replica). Kept per process, it costs no round trip on the request path and no Redis memory;
+the price is that N gateway replicas may each warm a different replica with the same prefix
+until their own traffic points them to one. A prefix no process has seen yet is placed by a
+rendezvous hash (policies/placement.py), the same on every gateway replica, so a new shared
+system prompt lands on one replica from all of them while loads are even.
+
+A block is `prefix_block_bytes` of the prompt field's JSON as the client wrote it (`messages`,
+`prompt` or `input`); its hash chains every block before it, so equal hashes mean equal
+prefixes, as in vLLM's own prefix cache. A partial last block is not counted: an engine
+caches whole blocks only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+
+from policies.base import NO_HITS
+from policies.types import route_key
+from router.config import ModelConfig
+from router.openai import UpstreamBody
+
+PROMPT_FIELDS = ("messages", "prompt", "input")
+SESSION_HEADER = b"x-tidegate-session"
+
+
+def prompt_blocks(body: UpstreamBody, block_bytes: int, max_blocks: int) -> tuple[int, ...]:
+    """The chained hashes of the prompt field's whole blocks, at most `max_blocks`."""
+    fields = body.fields()
+    raw = next((fields[name] for name in PROMPT_FIELDS if name in fields), None)
+    if raw is None:
+        return ()
+    text = memoryview(bytes(raw))
+    count = min(len(text) // block_bytes, max_blocks)
+    chain = hashlib.blake2b(digest_size=8)
+    blocks = []
+    for start in range(0, count * block_bytes, block_bytes):
+        chain.update(text[start : start + block_bytes])
+        blocks.append(int.from_bytes(chain.digest(), "big"))
+    return tuple(blocks)
+
+
+class PrefixIndex:
+    """Per replica (by route key), the block hashes this process sent it, least recent first."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._held: dict[str, OrderedDict[int, None]] = {}
+
+    def shares(self, model: str, blocks: Sequence[int], replicas: Iterable[str]) -> Mapping[str, float]:
+        """Each replica's share of `blocks` held from the first on (a miss ends its prefix)."""
+        if not blocks:
+            return NO_HITS
+        shares: dict[str, float] = {}
+        for name in replicas:
+            held = self._held.get(route_key(model, name))
+            if not held:
+                continue
+            matched = 0
+            for block in blocks:
+                if block not in held:
+                    break
+                matched += 1
+            if matched:
+                shares[name] = matched / len(blocks)
+        return shares or NO_HITS
+
+    def served(self, model: str, replica: str, blocks: Sequence[int]) -> None:
+        """`replica` was sent these blocks: it holds them now, most recent last."""
+        if not blocks or self._capacity <= 0:
+            return
+        held = self._held.setdefault(route_key(model, replica), OrderedDict())
+        for block in blocks:
+            held[block] = None
+            held.move_to_end(block)
+        while len(held) > self._capacity:
+            held.popitem(last=False)
+
+    def forget(self, model: str, replica: str) -> None:
+        """A replica left (or restarted with a cold cache): nothing of it is assumed held."""
+        self._held.pop(route_key(model, replica), None)
+
+
+class PlacementInputs:
+    """The session and prefix shares a model's placer reads; nothing for a model with fewer
+    than two dedicated replicas, whose placement has nothing to choose."""
+
+    def __init__(self, models: Mapping[str, ModelConfig]) -> None:
+        self._indexes = {
+            name: PrefixIndex(m.routing.placement.index_blocks)
+            for name, m in models.items()
+            if len(m.dedicated) > 1 and m.routing.placement.uses_prefix
+        }
+
+    def blocks(self, config: ModelConfig, model: str, body: UpstreamBody) -> tuple[int, ...]:
+        if model not in self._indexes:
+            return ()
+        placement = config.routing.placement
+        return prompt_blocks(body, placement.prefix_block_bytes, placement.max_prefix_blocks)
+
+    def shares(self, config: ModelConfig, model: str, blocks: Sequence[int]) -> Mapping[str, float]:
+        index = self._indexes.get(model)
+        if index is None or not blocks:
+            return NO_HITS
+        return index.shares(model, blocks, (d.name for d in config.dedicated))
+
+    def served(self, model: str, replica: str, blocks: Sequence[int]) -> None:
+        index = self._indexes.get(model)
+        if index is not None:
+            index.served(model, replica, blocks)
+
+
+def session_of(headers: Sequence[tuple[bytes, bytes]], task_id: str | None) -> str | None:
+    """The request's `x-tidegate-session`, else the client's task id, else None."""
+    for key, value in headers:
+        if key == SESSION_HEADER:
+            return value.decode("latin-1")
+    return task_id

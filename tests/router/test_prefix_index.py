@@ -1,0 +1,99 @@
+"""The prompt-prefix blocks and the per-process index placement reads (router/request/placement.py),
+and the walk's `saturated` meaning the whole pool (issue 38)."""
+
+from __future__ import annotations
+
+import orjson
+
+from policies.base import Placed, Reason
+from router.config import DedicatedEndpoint, ServerlessEndpoint
+from router.openai import peek
+from router.record.records import Attempt
+from router.request.placement import PrefixIndex, prompt_blocks, session_of
+from router.request.walk import Walk, tidegate_headers
+
+SYSTEM = "You are a careful assistant for the tide tables of the northern coast. " * 40  # ~2.9 KB
+
+
+def body(*messages: str, field: str = "messages") -> bytes:
+    value = [{"role": "user", "content": m} for m in messages] if field == "messages" else messages[0]
+    return orjson.dumps({"model": "m", field: value})
+
+
+def blocks(raw: bytes, size: int = 512, most: int = 128) -> tuple[int, ...]:
+    return prompt_blocks(peek(raw).body, size, most)
+
+
+def test_shared_prefixes_share_leading_blocks_and_nothing_after_the_first_difference():
+    a = blocks(body(SYSTEM, "what is high tide at Wick?"))
+    b = blocks(body(SYSTEM, "and at Thurso?"))
+    other = blocks(body("Another system prompt. " + SYSTEM))
+    assert len(a) >= 5 and a[:5] == b[:5]
+    assert not set(a) & set(other)  # chained: a different first block changes every block
+    assert blocks(body("short")) == ()  # no whole block
+    assert len(blocks(body(SYSTEM * 10), most=7)) == 7
+    assert blocks(body(SYSTEM, field="prompt"))[:3] == blocks(body(SYSTEM, field="input"))[:3]
+    assert blocks(orjson.dumps({"model": "m"})) == ()
+
+
+def test_the_index_counts_the_leading_blocks_a_replica_holds_and_forgets_the_oldest():
+    index = PrefixIndex(capacity=8)
+    first = blocks(body(SYSTEM, "one"))[:4]
+    index.served("m", "vllm-0", first)
+    assert index.shares("m", first, ["vllm-0", "vllm-1"]) == {"vllm-0": 1.0}
+    longer = (*first, 11, 12, 13, 14)
+    assert index.shares("m", longer, ["vllm-0"]) == {"vllm-0": 0.5}
+    assert index.shares("m", (99, *first), ["vllm-0"]) == {}  # a miss ends the prefix
+    assert index.shares("other-model", first, ["vllm-0"]) == {}
+    index.served("m", "vllm-0", tuple(range(100, 108)))  # 8 newer blocks: the first ones are evicted
+    assert index.shares("m", first, ["vllm-0"]) == {}
+    index.forget("m", "vllm-0")
+    assert index.shares("m", tuple(range(100, 108)), ["vllm-0"]) == {}
+    off = PrefixIndex(capacity=0)
+    off.served("m", "vllm-0", first)
+    assert off.shares("m", first, ["vllm-0"]) == {}
+
+
+def test_the_session_is_the_header_else_the_task():
+    assert session_of([(b"x-tidegate-session", b"abc")], "t:task") == "abc"
+    assert session_of([(b"other", b"x")], "t:task") == "t:task"
+    assert session_of([], None) is None
+
+
+D0, D1 = (
+    DedicatedEndpoint(gpu_hour_usd=0, name=f"vllm-{i}", base_url=f"http://v{i}/v1", model="x", max_concurrency=1)
+    for i in range(2)
+)
+SL = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="sl", base_url="http://s/v1", model="x")
+
+
+def test_a_full_replica_passed_for_another_of_the_pool_is_no_spill():
+    walk = Walk((D0, D1, SL), Reason.BASELINE, placement=Placed.PREFIX_AFFINITY)
+    walk.saturated()  # vllm-0 had no room
+    walk.begin(D1, 1)
+    assert walk.reason is Reason.BASELINE
+    assert tidegate_headers(walk)["x-tidegate-placement"] == "overflow"
+
+
+def test_a_request_that_leaves_the_pool_for_want_of_room_is_saturated():
+    walk = Walk((D0, D1, SL), Reason.BASELINE, placement=Placed.LEAST_LOADED)
+    walk.saturated()
+    walk.saturated()
+    walk.begin(SL, 2)
+    assert walk.reason is Reason.SATURATED
+    assert "x-tidegate-placement" not in tidegate_headers(walk)
+    alone = Walk((D0, D1), Reason.BASELINE)
+    alone.saturated()
+    alone.saturated()
+    alone.pool_full()
+    assert alone.reason is Reason.SATURATED
+
+
+def test_a_failover_stays_a_failover():
+    walk = Walk((D0, SL), Reason.BASELINE, placement=Placed.LEAST_LOADED)
+    walk.begin(D0, 0)
+    assert tidegate_headers(walk)["x-tidegate-placement"] == "least_loaded"
+    walk.failed(Attempt("vllm-0", "ConnectError", 1.0))
+    walk.saturated()
+    walk.begin(SL, 0)
+    assert walk.reason is Reason.FAILOVER
