@@ -45,7 +45,7 @@ from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
 from router.request.mirror import mirrored
-from router.request.placement import PlacementInputs, session_of
+from router.request.placement import PlacementInputs, session_header, session_of
 from router.request.priority import batch_targets, batch_wait_s
 from router.request.quota import Grant, Quota, worst_case
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
@@ -162,7 +162,8 @@ class Dispatcher:
         config = self._config.models.get(request.model)
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
-        key = _stickiness(request, headers)
+        session = session_header(headers)
+        key = _stickiness(request, session)
         predicted = config.routing.admission is Admission.PREDICTED_TTFT
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
         batch_wait = batch_wait_s(config, client.key, headers, remaining_s)
@@ -171,9 +172,8 @@ class Dispatcher:
         context = RequestContext(request.model, request.stream, key, request.prompt_tokens, exempt)
         blocks: tuple[int, ...] = ()
         if len(config.dedicated) > 1:  # replicas to choose among (policies/placement.py)
-            blocks = self._placement.blocks(config, request.model, request.body)
-            hits = self._placement.shares(config, request.model, blocks)
-            context = replace(context, session=session_of(headers, task_id), prefix_hits=hits)
+            blocks, hits = self._placement.read(config, request.model, request.body)
+            context = replace(context, session=session_of(session, task_id), prefix_hits=hits)
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
         targets = decision.targets if batch_wait is None else batch_targets(config, decision.targets)
@@ -372,11 +372,10 @@ def _task_id(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
-def _stickiness(request: RequestPeek, headers: Sequence[tuple[bytes, bytes]]) -> str:
+def _stickiness(request: RequestPeek, session: str | None) -> str:
     """The request's `user`, else its `x-tidegate-session` header, else a random key."""
     if request.user:
         return request.user
-    for key, value in headers:
-        if key == b"x-tidegate-session":
-            return value.decode("latin-1")
+    if session is not None:
+        return session
     return f"{random.getrandbits(64):016x}"  # a spread, not a secret: no syscall per request

@@ -98,17 +98,16 @@ class PlacementInputs:
             if len(m.dedicated) > 1 and m.routing.placement.uses_prefix
         }
 
-    def blocks(self, config: ModelConfig, model: str, body: UpstreamBody) -> tuple[int, ...]:
-        if model not in self._indexes:
-            return ()
-        placement = config.routing.placement
-        return prompt_blocks(body, placement.prefix_block_bytes, placement.max_prefix_blocks)
-
-    def shares(self, config: ModelConfig, model: str, blocks: Sequence[int]) -> Mapping[str, float]:
+    def read(
+        self, config: ModelConfig, model: str, body: UpstreamBody
+    ) -> tuple[tuple[int, ...], Mapping[str, float]]:
+        """The prompt's prefix blocks and each replica's share of them (none without an index)."""
         index = self._indexes.get(model)
-        if index is None or not blocks:
-            return NO_HITS
-        return index.shares(model, blocks, (d.name for d in config.dedicated))
+        if index is None:
+            return (), NO_HITS
+        placement = config.routing.placement
+        blocks = prompt_blocks(body, placement.prefix_block_bytes, placement.max_prefix_blocks)
+        return blocks, index.shares(model, blocks, (d.name for d in config.dedicated))
 
     def served(self, model: str, replica: str, blocks: Sequence[int]) -> None:
         index = self._indexes.get(model)
@@ -116,9 +115,15 @@ class PlacementInputs:
             index.served(model, replica, blocks)
 
 
-def session_of(headers: Sequence[tuple[bytes, bytes]], task_id: str | None) -> str | None:
-    """The request's `x-tidegate-session`, else the client's task id, else None."""
+def session_header(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """The request's `x-tidegate-session` (the canary's stickiness key, after `user`, and
+    placement's session, before the task id)."""
     for key, value in headers:
         if key == SESSION_HEADER:
             return value.decode("latin-1")
-    return task_id
+    return None
+
+
+def session_of(session: str | None, task_id: str | None) -> str | None:
+    """Placement's session: the `x-tidegate-session` header, else the client's task id."""
+    return session if session is not None else task_id

@@ -6,7 +6,9 @@ replicas is no spill."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 from collections import Counter
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -41,6 +43,20 @@ def config_for(tmp_path, replicas: list[CliProcess], slots: int, mode: str = "sc
     return str(path)
 
 
+@contextlib.contextmanager
+def two_replicas(slots: int) -> Iterator[tuple[CliProcess, CliProcess]]:
+    first, second = sims(2, slots)
+    with first as r0, second as r1:
+        yield r0, r1
+
+
+@contextlib.contextmanager
+def gateway_over(tmp_path, replicas: list[CliProcess], slots: int) -> Iterator[openai.OpenAI]:
+    """`tidegate serve` in front of the replicas, and an SDK client of it."""
+    with CliProcess("serve", "--config", config_for(tmp_path, replicas, slots), "--port", "0") as gw:
+        yield openai.OpenAI(base_url=gw.url, api_key="x", max_retries=0)
+
+
 def ask(client: openai.OpenAI, system: str, question: str, **headers: str) -> dict[str, str]:
     raw = client.chat.completions.with_raw_response.create(
         model="m",
@@ -54,10 +70,8 @@ def ask(client: openai.OpenAI, system: str, question: str, **headers: str) -> di
 
 @pytest.mark.timeout(120)
 def test_a_prefix_stays_on_its_replica_whose_cache_then_serves_it(tmp_path):
-    replicas = sims(2, 8)
-    with replicas[0] as r0, replicas[1] as r1:
-        with CliProcess("serve", "--config", config_for(tmp_path, [r0, r1], 8), "--port", "0") as gw:
-            client = openai.OpenAI(base_url=gw.url, api_key="x", max_retries=0)
+    with two_replicas(8) as (r0, r1):
+        with gateway_over(tmp_path, [r0, r1], 8) as client:
             homes: dict[int, set[str]] = {}
             whys: Counter[str] = Counter()
             for turn in range(4):  # one at a time: load never outweighs the prefix
@@ -80,10 +94,8 @@ def test_a_prefix_stays_on_its_replica_whose_cache_then_serves_it(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_concurrent_load_uses_every_replica_and_overflow_between_them_is_no_spill(tmp_path):
-    replicas = sims(2, 4)
-    with replicas[0] as r0, replicas[1] as r1:
-        with CliProcess("serve", "--config", config_for(tmp_path, [r0, r1], 4), "--port", "0") as gw:
-            client = openai.OpenAI(base_url=gw.url, api_key="x", max_retries=0)
+    with two_replicas(4) as (r0, r1):
+        with gateway_over(tmp_path, [r0, r1], 4) as client:
             with concurrent.futures.ThreadPoolExecutor(8) as pool:  # 8 at once on 2 x 4 slots
                 answers = list(pool.map(lambda i: ask(client, PREFIXES[0], f"q{i}"), range(24)))
             routes = Counter(a["x-tidegate-route"] for a in answers)
