@@ -42,6 +42,7 @@ from router.errors import (
     PayloadTooLarge,
     RateLimited,
 )
+from router.http.deadline import Deadline
 from router.http.heads import BodyState, raw_error
 from router.http.shares import (
     BODY_COPIES,
@@ -105,11 +106,10 @@ class GuardedProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_bytes = 0  # raw bytes received since the head began
-        self._head_size = 0  # the parsed request line and headers
         self._in_head = True
         self._heads = 0  # heads begun on this connection (the first is timed from the connection)
         self._refused = False  # a refusal of ours went out: nothing more is answered here
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = Deadline(self.loop)
         self._body = BodyState()
         self._holding: dict[RequestResponseCycle, tuple[str, int]] = {}  # per request: holder, bytes
         self.holder: str | None = None  # whose share this connection counts in (None: a trusted proxy's)
@@ -169,7 +169,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self.holder = None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._deadline.stop()
         self._count_out()
         for holder, size in self._holding.values():
             self.shares.give_body(holder, size)
@@ -194,23 +194,16 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._head_size = 0  # each request's head is counted on its own
         self._body = BodyState()
         self._heads += 1
         if self._heads > 1:  # the first head's deadline runs from the connection
             self._arm(self.limits.header_timeout_s, self._head_timed_out)
 
-    def on_url(self, url: bytes) -> None:
-        self._head_size += len(url)
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_size += len(name) + len(value) + 4
-        self._body.read_header(name.lower(), value)
-        super().on_header(name, value)
-
     def on_headers_complete(self) -> None:
-        if self._head_size > self.limits.max_header_bytes:  # a whole head that came in one read
+        # uvicorn's own callbacks collected the URL and the (lowercased) headers: read them once
+        # here rather than hook a Python call into every header (a head that came in one read
+        # is checked here; one arriving in pieces in data_received)
+        if self._body.read_head(self.url, self.headers) > self.limits.max_header_bytes:
             self._refuse_head()
             raise _Refused  # stops the parser; the app never sees this request
         self._in_head = False
@@ -246,7 +239,9 @@ class GuardedProtocol(HttpToolsProtocol):
         body = self._body
         if body.invalid:
             return InvalidRequest("invalid Content-Length header")
-        path = httptools.parse_url(self.url).path.decode("latin-1")
+        url = self.url  # origin-form (the usual) is split, not parsed twice: uvicorn parses it too
+        raw = url.partition(b"?")[0] if url[:1] == b"/" else httptools.parse_url(url).path
+        path = raw.decode("latin-1")
         if path in self.large_body_paths:
             body.cap, body.cap_key = self.limits.max_body_bytes, "limits.max_body_bytes"
         else:
@@ -380,16 +375,13 @@ class GuardedProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
-    # --- the one timer ------------------------------------------------------------------
+    # --- the one timer (router/http/deadline.py) -----------------------------------------
 
     def _arm(self, seconds: float, then: Callable[[], None]) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(seconds, then)
+        self._deadline.arm(seconds, then)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.disarm()
 
 
 class _Refused(httptools.HttpParserError):

@@ -49,19 +49,25 @@ class BodyState:
         self.complete = False
         self.discarding = False
 
-    def read_header(self, name: bytes, value: bytes) -> None:
-        if name == b"content-length":
-            text = value.strip()
-            if not text.isdigit() or (self.declared and int(text) != self.declared):
-                self.invalid = True
-            else:
-                self.declared = int(text)
-        elif name == b"transfer-encoding" and b"chunked" in value.lower():
-            self.chunked = True
-        elif name == b"authorization":
-            self.authorization = value
-        elif name == b"x-forwarded-for":
-            self.forwarded_for = value
+    def read_head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+        """Read the body's facts from a whole head (`headers` lowercased, as uvicorn keeps
+        them); the head's size as counted against `limits.max_header_bytes`."""
+        size = len(url)
+        for name, value in headers:
+            size += len(name) + len(value) + 4
+            if name == b"content-length":
+                text = value.strip()
+                if not text.isdigit() or (self.declared and int(text) != self.declared):
+                    self.invalid = True
+                else:
+                    self.declared = int(text)
+            elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                self.chunked = True
+            elif name == b"authorization":
+                self.authorization = value
+            elif name == b"x-forwarded-for":
+                self.forwarded_for = value
+        return size
 
     def over_cap(self) -> str:
         return f"exceeds the limit of {self.cap} bytes ({self.cap_key})"

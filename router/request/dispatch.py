@@ -38,6 +38,7 @@ from router.openai import PATHS, RequestPeek, peek
 from router.record.records import Attempt, Hedge, Measures, Outcome
 from router.record.tasks import valid_task_id
 from router.record.telemetry import Telemetry
+from router.request.asks import asks_of
 from router.request.attempt import Attempter
 from router.request.bookkeeping import Books
 from router.request.breaker import Breakers
@@ -45,7 +46,7 @@ from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
 from router.request.mirror import mirrored
-from router.request.placement import PlacementInputs, session_header, session_of
+from router.request.placement import PlacementInputs, session_of
 from router.request.priority import batch_targets, batch_wait_s
 from router.request.quota import Grant, Quota, worst_case
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
@@ -56,7 +57,6 @@ from router.signals.loop import Signals
 from router.state.roles import Leases
 
 _MAX_RETRY_AFTER_S = 30.0
-TASK_ID_HEADER_BYTES = b"x-tidegate-task-id"
 
 log = logging.getLogger("tidegate")
 
@@ -162,13 +162,14 @@ class Dispatcher:
         config = self._config.models.get(request.model)
         if config is None:
             raise ModelNotFound(f"The model `{request.model}` does not exist", param="model")
-        session = session_header(headers)
+        asks = asks_of(headers)
+        session = asks.session
         key = _stickiness(request, session)
         predicted = config.routing.admission is Admission.PREDICTED_TTFT
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
-        batch_wait = batch_wait_s(config, client.key, headers, remaining_s)
+        batch_wait = batch_wait_s(config, client.key, asks, remaining_s)
         exempt = batch_wait is not None and config.routing.batch.canary == "dedicated"
-        task_id = _task_id(headers)
+        task_id = _task_id(asks.task_id)
         context = RequestContext(request.model, request.stream, key, request.prompt_tokens, exempt)
         blocks: tuple[int, ...] = ()
         if len(config.dedicated) > 1:  # replicas to choose among (policies/placement.py)
@@ -192,7 +193,7 @@ class Dispatcher:
             task_id=task_id or request_id,
             admit_within=decision.admit_within,
             prompt_tokens=request.prompt_tokens if predicted else 0,
-            mirrored=mirrored(config, request, request_id, headers),
+            mirrored=mirrored(config, request, request_id, asks.no_shadow),
             batch_wait_s=batch_wait,
             prefix_blocks=blocks,
         )
@@ -358,18 +359,16 @@ def _fails_over(job: Job, exc: BaseException | None) -> bool:
     return job.walk.fails_over and not isinstance(exc, NoCapacity)
 
 
-def _task_id(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+def _task_id(text: str | None) -> str | None:
     """The client's `x-tidegate-task-id`: up to 128 of [A-Za-z0-9._:-], else a 400."""
-    for key, value in headers:
-        if key == TASK_ID_HEADER_BYTES:
-            text = value.decode("latin-1")
-            if not valid_task_id(text):
-                raise InvalidRequest(
-                    "x-tidegate-task-id must be 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'",
-                    param="x-tidegate-task-id",
-                )
-            return "t:" + text  # never equal to a request id
-    return None
+    if text is None:
+        return None
+    if not valid_task_id(text):
+        raise InvalidRequest(
+            "x-tidegate-task-id must be 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'",
+            param="x-tidegate-task-id",
+        )
+    return "t:" + text  # never equal to a request id
 
 
 def _stickiness(request: RequestPeek, session: str | None) -> str:

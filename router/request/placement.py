@@ -27,7 +27,6 @@ from router.config import ModelConfig
 from router.openai import UpstreamBody
 
 PROMPT_FIELDS = ("messages", "prompt", "input")
-SESSION_HEADER = b"x-tidegate-session"
 
 
 def prompt_blocks(body: UpstreamBody, block_bytes: int, max_blocks: int) -> tuple[int, ...]:
@@ -113,15 +112,6 @@ class PlacementInputs:
         index = self._indexes.get(model)
         if index is not None:
             index.served(model, replica, blocks)
-
-
-def session_header(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
-    """The request's `x-tidegate-session` (the canary's stickiness key, after `user`, and
-    placement's session, before the task id)."""
-    for key, value in headers:
-        if key == SESSION_HEADER:
-            return value.decode("latin-1")
-    return None
 
 
 def session_of(session: str | None, task_id: str | None) -> str | None:

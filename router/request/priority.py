@@ -16,27 +16,22 @@ request:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from policies.types import T, is_dedicated
 from router.config import KeyConfig, ModelConfig, Priority
 from router.errors import InvalidRequest
+from router.request.asks import Asks
 
 POLL_S = 0.05
-PRIORITY_HEADER = b"x-tidegate-priority"
-DEADLINE_HEADER = b"x-tidegate-deadline-ms"
 MAX_DEADLINE_MS = 3_600_000
 
 
-def batch_wait_s(
-    config: ModelConfig, key: KeyConfig | None, headers: Sequence[tuple[bytes, bytes]], remaining_s: float
-) -> float | None:
+def batch_wait_s(config: ModelConfig, key: KeyConfig | None, asks: Asks, remaining_s: float) -> float | None:
     """None for an interactive request; for a batch one, how long it may wait for a slot. Both
     headers are checked on every request (400 when malformed), whatever its priority."""
-    asked = _header(headers, PRIORITY_HEADER)
+    asked = asks.priority
     if asked is not None and asked not in ("batch", "interactive"):
         raise InvalidRequest("x-tidegate-priority must be batch or interactive", param="x-tidegate-priority")
-    deadline_ms = _deadline_ms(headers)
+    deadline_ms = _deadline_ms(asks.deadline_ms)
     batch = (key is not None and key.priority is Priority.BATCH) or asked == "batch"
     if not batch:
         return None
@@ -46,8 +41,7 @@ def batch_wait_s(
     return max(0.0, wait)
 
 
-def _deadline_ms(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
-    deadline = _header(headers, DEADLINE_HEADER)
+def _deadline_ms(deadline: str | None) -> int | None:
     if deadline is None:
         return None
     if not deadline.isdigit() or not 1 <= int(deadline) <= MAX_DEADLINE_MS:
@@ -66,10 +60,3 @@ def batch_targets(config: ModelConfig, targets: tuple[T, ...]) -> tuple[T, ...]:
     if not dedicated or config.routing.batch.on_timeout == "spill":
         return targets
     return dedicated
-
-
-def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
-    for key, value in headers:
-        if key.lower() == name:
-            return value.decode("latin-1").strip().lower()
-    return None

@@ -262,15 +262,19 @@ def test_mirrored_samples_the_percent_by_request_id_and_obeys_the_header_and_siz
     sl = ServerlessEndpoint(usd_per_mtok_in=0, usd_per_mtok_out=0, name="s", base_url="http://s/v1", model="m")
     model = ModelConfig(serverless=(sl,), shadow=ShadowConfig(endpoint="s", percent=10, max_prompt_tokens=100))
     peek = RequestPeek({}, "m", False, None, False, prompt_tokens=50)
-    chosen = [mirrored(model, peek, f"req-{i}", []) for i in range(5000)]
+    from router.request.asks import asks_of  # noqa: PLC0415
+
+    chosen = [mirrored(model, peek, f"req-{i}") for i in range(5000)]
     assert abs(sum(chosen) / 5000 - 0.10) < 0.02
-    assert chosen == [mirrored(model, peek, f"req-{i}", []) for i in range(5000)]  # by id: stable
+    assert chosen == [mirrored(model, peek, f"req-{i}") for i in range(5000)]  # by id: stable
     first = chosen.index(True)
-    assert not mirrored(model, peek, f"req-{first}", [(b"X-Tidegate-No-Shadow", b"1")])
-    assert mirrored(model, peek, f"req-{first}", [(b"x-tidegate-no-shadow", b"0")])
+    refused = asks_of([(b"x-tidegate-no-shadow", b" 1")]).no_shadow
+    assert not mirrored(model, peek, f"req-{first}", refused)
+    assert mirrored(model, peek, f"req-{first}", asks_of([(b"x-tidegate-no-shadow", b"0")]).no_shadow)
+    assert mirrored(model, peek, f"req-{first}", asks_of([(b"x-tidegate-no-shadow", b"")]).no_shadow)
     big = RequestPeek({}, "m", False, None, False, prompt_tokens=101)
-    assert not mirrored(model, big, f"req-{first}", [])
-    assert not mirrored(ModelConfig(serverless=(sl,)), peek, f"req-{first}", [])
+    assert not mirrored(model, big, f"req-{first}")
+    assert not mirrored(ModelConfig(serverless=(sl,)), peek, f"req-{first}")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from policies.base import Placed, Reason
 from router.config import DedicatedEndpoint, ServerlessEndpoint
 from router.openai import peek
 from router.record.records import Attempt
-from router.request.placement import PrefixIndex, prompt_blocks, session_header, session_of
+from router.request.asks import asks_of
+from router.request.placement import PrefixIndex, prompt_blocks, session_of
 from router.request.walk import Walk, tidegate_headers
 
 SYSTEM = "You are a careful assistant for the tide tables of the northern coast. " * 40  # ~2.9 KB
@@ -55,9 +56,9 @@ def test_the_index_counts_the_leading_blocks_a_replica_holds_and_forgets_the_old
 
 
 def test_the_session_is_the_header_else_the_task():
-    assert session_of(session_header([(b"x-tidegate-session", b"abc")]), "t:task") == "abc"
-    assert session_of(session_header([(b"other", b"x")]), "t:task") == "t:task"
-    assert session_of(session_header([]), None) is None
+    assert session_of(asks_of([(b"x-tidegate-session", b"abc")]).session, "t:task") == "abc"
+    assert session_of(asks_of([(b"other", b"x")]).session, "t:task") == "t:task"
+    assert session_of(asks_of([]).session, None) is None
 
 
 D0, D1 = (
