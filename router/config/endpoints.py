@@ -4,7 +4,7 @@ price; serverless, its prices and keep-warm."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -59,24 +59,28 @@ class EndpointConfig(Frozen):
     @field_validator("base_url")
     @classmethod
     def _api_root(cls, value: str) -> str:
-        """The OpenAI-style API root the request paths are appended to (`.../v1`): a bare host
-        would send `/chat/completions` to the server's root, and a full operation URL would
-        send `/chat/completions/chat/completions`; both fail only at the first request."""
-        parts = urlsplit(value)
-        if not parts.hostname:
-            raise ValueError("no host: expected an API root such as https://api.example.com/v1")
-        if parts.query or parts.fragment:
-            raise ValueError("an API root has no query or fragment")
-        path = parts.path.rstrip("/")
-        if not path:
-            raise ValueError(
-                "no API path: the request paths are appended to it, so give the root the provider "
-                "documents (e.g. https://api.example.com/v1, or http://vllm:8000/v1)"
-            )
-        for operation in ("/chat/completions", "/completions", "/embeddings"):
-            if path.endswith(operation):
-                raise ValueError(f"ends with {operation}: give the API root without the operation")
-        return value
+        return api_root(value)
+
+
+def api_root(value: str) -> str:
+    """The OpenAI-style API root the request paths are appended to (`.../v1`): a bare host
+    would send `/chat/completions` to the server's root, and a full operation URL would
+    send `/chat/completions/chat/completions`; both fail only at the first request."""
+    parts = urlsplit(value)
+    if not parts.hostname:
+        raise ValueError("no host: expected an API root such as https://api.example.com/v1")
+    if parts.query or parts.fragment:
+        raise ValueError("an API root has no query or fragment")
+    path = parts.path.rstrip("/")
+    if not path:
+        raise ValueError(
+            "no API path: the request paths are appended to it, so give the root the provider "
+            "documents (e.g. https://api.example.com/v1, or http://vllm:8000/v1)"
+        )
+    for operation in ("/chat/completions", "/completions", "/embeddings"):
+        if path.endswith(operation):
+            raise ValueError(f"ends with {operation}: give the API root without the operation")
+    return value
 
 
 # A route's price has no default: a route left unpriced would cost $0 in every report and make
@@ -135,7 +139,11 @@ class ScheduleEntry(Frozen):
 
 
 class DedicatedEndpoint(EndpointConfig):
-    max_concurrency: Annotated[int, Field(gt=0)]  # global across all replicas
+    # this endpoint's slots, global across gateway replicas; with replica_urls, each replica's
+    max_concurrency: Annotated[int, Field(gt=0)]
+    # a pool of replicas in one entry: their API roots (leave base_url out); loaded as one
+    # dedicated endpoint per URL, named NAME-0, NAME-1, ... (router/config/pools.py)
+    replica_urls: tuple[str, ...] = ()
     max_waiters: Annotated[int, Field(ge=0)] = 64  # requests waiting in line (routing.max_queue_ms)
     engine_signal: EngineSignalConfig | None = None
     # per GPU: the endpoint costs gpus x this x replicas; required (PRICE_FIELDS), 0 when paid elsewhere
@@ -150,6 +158,34 @@ class DedicatedEndpoint(EndpointConfig):
     prefill_tokens_per_s: Annotated[float, Field(gt=0)] = 8000.0
     # the fixed part of a predicted TTFT (the prior until TTFTs are measured)
     ttft_overhead_ms: Annotated[float, Field(ge=0)] = 50.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pool_or_one(cls, data: Any) -> Any:
+        """A pool's entry names its replicas' URLs, not one base_url (the first replica's
+        stands in for it, so every endpoint has one); its replica count is its URLs'."""
+        if not isinstance(data, dict) or not data.get("replica_urls"):
+            return data
+        given = [key for key in ("base_url", "replicas", "schedule") if key in data]
+        if given:
+            raise ValueError(
+                f"replica_urls lists the pool's replicas: leave {' and '.join(given)} out "
+                "(each URL is one replica, priced and given max_concurrency slots of its own)"
+            )
+        urls = data["replica_urls"]
+        first = urls[0] if isinstance(urls, list | tuple) else urls
+        return {**data, "base_url": first}
+
+    @field_validator("replica_urls")
+    @classmethod
+    def _replica_roots(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, url in enumerate(value):
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"replica_urls[{i}]: expected an http:// or https:// API root")
+            api_root(url)
+        if len(set(value)) != len(value):
+            raise ValueError("a replica URL is listed twice")
+        return value
 
     @model_validator(mode="after")
     def _schedule_windows_apart(self) -> DedicatedEndpoint:

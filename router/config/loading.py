@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from router.config.endpoints import PRICE_FIELDS
 from router.config.gateway import ConfigError, GatewayConfig, check_endpoints
+from router.config.pools import expand_pools
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -48,6 +49,7 @@ def parse_config(text: str, env: Mapping[str, str]) -> GatewayConfig:
         config = GatewayConfig.model_validate(resolved)
     except ValidationError as exc:
         raise ConfigError([_describe(err) for err in exc.errors()]) from exc
+    config = expand_pools(config)  # a pool's replicas are its dedicated endpoints from here
     check_endpoints(config)
     return config
 

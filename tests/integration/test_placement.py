@@ -29,11 +29,15 @@ def sims(count: int, slots: int) -> list[CliProcess]:
     ]
 
 
-def config_for(tmp_path, replicas: list[CliProcess], slots: int, mode: str = "scored") -> str:
+def config_for(tmp_path, replicas: list[CliProcess], slots: int, mode: str = "scored", pool: bool = False) -> str:
+    """One entry per replica, or (`pool`) one entry listing them all: both load as vllm-0, vllm-1."""
     entries = ", ".join(
         f"{{name: vllm-{i}, gpu_hour_usd: 0, base_url: '{r.url}', model: d, max_concurrency: {slots}}}"
         for i, r in enumerate(replicas)
     )
+    if pool:
+        urls = ", ".join(f"'{r.url}'" for r in replicas)
+        entries = f"{{name: vllm, gpu_hour_usd: 0, replica_urls: [{urls}], model: d, max_concurrency: {slots}}}"
     path = tmp_path / "tidegate.yaml"
     path.write_text(
         "auth: {allow_anonymous: true}\nmodels:\n  m:\n"
@@ -51,9 +55,12 @@ def two_replicas(slots: int) -> Iterator[tuple[CliProcess, CliProcess]]:
 
 
 @contextlib.contextmanager
-def gateway_over(tmp_path, replicas: list[CliProcess], slots: int) -> Iterator[openai.OpenAI]:
+def gateway_over(
+    tmp_path, replicas: list[CliProcess], slots: int, pool: bool = False
+) -> Iterator[openai.OpenAI]:
     """`tidegate serve` in front of the replicas, and an SDK client of it."""
-    with CliProcess("serve", "--config", config_for(tmp_path, replicas, slots), "--port", "0") as gw:
+    config = config_for(tmp_path, replicas, slots, pool=pool)
+    with CliProcess("serve", "--config", config, "--port", "0") as gw:
         yield openai.OpenAI(base_url=gw.url, api_key="x", max_retries=0)
 
 
@@ -95,7 +102,7 @@ def test_a_prefix_stays_on_its_replica_whose_cache_then_serves_it(tmp_path):
 @pytest.mark.timeout(120)
 def test_concurrent_load_uses_every_replica_and_overflow_between_them_is_no_spill(tmp_path):
     with two_replicas(4) as (r0, r1):
-        with gateway_over(tmp_path, [r0, r1], 4) as client:
+        with gateway_over(tmp_path, [r0, r1], 4, pool=True) as client:  # declared as one pool entry
             with concurrent.futures.ThreadPoolExecutor(8) as pool:  # 8 at once on 2 x 4 slots
                 answers = list(pool.map(lambda i: ask(client, PREFIXES[0], f"q{i}"), range(24)))
             routes = Counter(a["x-tidegate-route"] for a in answers)
