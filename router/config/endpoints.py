@@ -143,7 +143,7 @@ class DedicatedEndpoint(EndpointConfig):
     max_concurrency: Annotated[int, Field(gt=0)]
     # a pool of replicas in one entry: their API roots (leave base_url out); loaded as one
     # dedicated endpoint per URL, named NAME-0, NAME-1, ... (router/config/pools.py)
-    replica_urls: tuple[str, ...] = ()
+    replica_urls: tuple[Annotated[str, Field(pattern=r"^https?://")], ...] = ()
     max_waiters: Annotated[int, Field(ge=0)] = 64  # requests waiting in line (routing.max_queue_ms)
     engine_signal: EngineSignalConfig | None = None
     # per GPU: the endpoint costs gpus x this x replicas; required (PRICE_FIELDS), 0 when paid elsewhere
@@ -173,15 +173,14 @@ class DedicatedEndpoint(EndpointConfig):
                 "(each URL is one replica, priced and given max_concurrency slots of its own)"
             )
         urls = data["replica_urls"]
-        first = urls[0] if isinstance(urls, list | tuple) else urls
-        return {**data, "base_url": first}
+        if not isinstance(urls, list | tuple):
+            return data  # not a list: its own field's check says so
+        return {**data, "base_url": urls[0]}
 
     @field_validator("replica_urls")
     @classmethod
     def _replica_roots(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for i, url in enumerate(value):
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"replica_urls[{i}]: expected an http:// or https:// API root")
+        for url in value:
             api_root(url)
         if len(set(value)) != len(value):
             raise ValueError("a replica URL is listed twice")

@@ -1,10 +1,10 @@
 """One connection's deadline (its head's, its body's, a discard's) on one event-loop timer.
 
-Each request arms a deadline twice (its head, its body) and disarms it twice. A loop timer
-made and cancelled each time cost more than the rest of the connection layer's bookkeeping
-per request, so arming only moves the deadline, and the one loop timer, when it fires, runs
-what is due or waits again for what is not. A new loop timer is made only for a deadline
-earlier than the one the loop already has.
+Each request arms a deadline twice (its head, its body) and disarms it twice. Making and
+cancelling a loop timer each time was about 15k of the connection layer's 85k instructions per
+request (bench.instructions, timers removed against kept), so arming only moves the deadline,
+and the one loop timer, when it fires, runs what is due or waits again for what is not. A new
+loop timer is made only for a deadline earlier than the one the loop already has.
 """
 
 from __future__ import annotations
