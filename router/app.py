@@ -23,6 +23,7 @@ from policies.base import Policy
 from router.canary.controller import CanaryController, live_overrides
 from router.config import ConfigError, GatewayConfig
 from router.economics.costs import EconomicsGauges
+from router.fleet.membership import Fleet
 from router.http import proxy, routes
 from router.http.admin import admin_router
 from router.http.auth import ApiKeys, KeyDigests
@@ -36,6 +37,7 @@ from router.record.telemetry import Telemetry, default_providers
 from router.request.bookkeeping import Books
 from router.request.breaker import Breakers, breaker_configs
 from router.request.dispatch import Dispatcher
+from router.request.placement import PlacementInputs
 from router.request.quota import Quota
 from router.request.upstream import TransportFactory, Upstream, aiohttp_transport
 from router.signals.loop import Signals
@@ -135,6 +137,7 @@ class Parts:
     dispatcher: Dispatcher
     keys: ApiKeys
     quota: Quota
+    fleet: Fleet
 
     def background(self) -> tuple[Service, ...]:
         """What runs beside the requests, in start order (closed in reverse)."""
@@ -162,6 +165,8 @@ def build_parts(
     )
     shadow = Shadow(config, store, upstream, telemetry.registry)
     quota = Quota(store.quotas, telemetry.registry)
+    placement = PlacementInputs(config.models)
+    fleet = Fleet(config, store.members, store.snapshot, on_moved=placement.forget, loops=loops)
     dispatcher = Dispatcher(
         config,
         store.leases,
@@ -174,6 +179,8 @@ def build_parts(
         breakers=Breakers(store.circuits, breaker_configs(config)),
         telemetry=telemetry,
         quota=quota,
+        fleet=fleet,
+        placement=placement,
     )
     return Parts(
         config,
@@ -190,6 +197,7 @@ def build_parts(
         dispatcher,
         ApiKeys(config.auth, store.quotas, loops=loops, on_revoked=quota.forget),
         quota,
+        fleet,
     )
 
 
@@ -240,18 +248,19 @@ def _lifespan(parts: Parts) -> Callable[[FastAPI], AbstractAsyncContextManager[N
             log.info("%s", auth_mode(parts.config))
             for line in live_overrides(parts.config, parts.store.snapshot().canary_percent):
                 log.warning("%s", line)
+            await parts.fleet.start()  # DNS pools' first members, before a request can need them
             await parts.signals.start()
             for service in parts.background():
                 service.start()
         except Exception as exc:  # any failure to start is the process's exit status, not a 0
-            reason = str(exc) if isinstance(exc, StoreUnreachableAtStart) else f"{type(exc).__name__}: {exc}"
-            log.error(
-                "tidegate cannot start: %s", reason, exc_info=not isinstance(exc, StoreUnreachableAtStart)
-            )
+            said = isinstance(exc, StoreUnreachableAtStart | ConfigError)  # the message is the whole story
+            reason = str(exc) if said else f"{type(exc).__name__}: {exc}"
+            log.error("tidegate cannot start: %s", reason, exc_info=not said)
             app.state.startup_error = reason
             for started in reversed(parts.background()):
                 await started.close()
             await parts.signals.close()
+            await parts.fleet.close()
             await parts.upstream.aclose()
             await parts.store.close()
             raise
@@ -261,6 +270,7 @@ def _lifespan(parts: Parts) -> Callable[[FastAPI], AbstractAsyncContextManager[N
             for running in reversed(parts.background()):
                 await running.close()
             await parts.signals.close()
+            await parts.fleet.close()
             await parts.upstream.aclose()
             await parts.store.close()
 
@@ -282,7 +292,9 @@ def _routes(app: GatewayApp, parts: Parts) -> None:
         app.router.routes.append(metrics)
     else:  # its own listener (router/cli/gateway.py serves it): not on the client port
         app.state.metrics_app = Starlette(routes=[metrics])
-    app.include_router(admin_router(config, parts.store, parts.signals, parts.controller, parts.keys))
+    app.include_router(
+        admin_router(config, parts.store, parts.signals, parts.controller, parts.keys, fleet=parts.fleet)
+    )
 
 
 class Service(Protocol):

@@ -144,6 +144,11 @@ class DedicatedEndpoint(EndpointConfig):
     # a pool of replicas in one entry: their API roots (leave base_url out); loaded as one
     # dedicated endpoint per URL, named NAME-0, NAME-1, ... (router/config/pools.py)
     replica_urls: tuple[Annotated[str, Field(pattern=r"^https?://")], ...] = ()
+    # a pool found by DNS: its API root, with a name whose A/AAAA records are the replicas (a
+    # Kubernetes headless Service), re-read every discovery.refresh_s; leave base_url out
+    replica_dns: Annotated[str, Field(pattern=r"^https?://")] | None = None
+    # with replica_dns: the most replicas at once (KEDA's maxReplicaCount); slots NAME-0, NAME-1, ...
+    max_replicas: Annotated[int, Field(gt=0, le=256)] | None = None
     max_waiters: Annotated[int, Field(ge=0)] = 64  # requests waiting in line (routing.max_queue_ms)
     engine_signal: EngineSignalConfig | None = None
     # per GPU: the endpoint costs gpus x this x replicas; required (PRICE_FIELDS), 0 when paid elsewhere
@@ -164,7 +169,13 @@ class DedicatedEndpoint(EndpointConfig):
     def _pool_or_one(cls, data: Any) -> Any:
         """A pool's entry names its replicas' URLs, not one base_url (the first replica's
         stands in for it, so every endpoint has one); its replica count is its URLs'."""
-        if not isinstance(data, dict) or not data.get("replica_urls"):
+        if not isinstance(data, dict):
+            return data
+        if data.get("replica_dns"):
+            return _found_by_dns(data)
+        if "max_replicas" in data:
+            raise ValueError("max_replicas bounds a pool found by DNS: set replica_dns, or leave it out")
+        if not data.get("replica_urls"):
             return data
         given = [key for key in ("base_url", "replicas", "schedule") if key in data]
         if given:
@@ -176,6 +187,11 @@ class DedicatedEndpoint(EndpointConfig):
         if not isinstance(urls, list | tuple):
             return data  # not a list: its own field's check says so
         return {**data, "base_url": urls[0]}
+
+    @field_validator("replica_dns")
+    @classmethod
+    def _dns_root(cls, value: str | None) -> str | None:
+        return None if value is None else api_root(value)
 
     @field_validator("replica_urls")
     @classmethod
@@ -206,6 +222,23 @@ class DedicatedEndpoint(EndpointConfig):
     @property
     def kind(self) -> EndpointKind:
         return EndpointKind.DEDICATED
+
+
+def _found_by_dns(data: dict[str, Any]) -> dict[str, Any]:
+    """A DNS pool's replicas are the name's records: not listed, not scheduled here, and not
+    scraped yet (a replica's /metrics would need its address, known only at run time)."""
+    listed = ("base_url", "replica_urls", "replicas", "schedule", "engine_signal")
+    given = [key for key in listed if key in data]
+    if given:
+        raise ValueError(
+            f"replica_dns finds the pool's replicas: leave {' and '.join(given)} out "
+            "(engine_signal is not supported on a DNS pool yet)"
+        )
+    if "max_replicas" not in data:
+        raise ValueError(
+            "replica_dns needs max_replicas: the most replicas at once, each given max_concurrency slots"
+        )
+    return {**data, "base_url": data["replica_dns"]}
 
 
 class KeepWarmConfig(Frozen):

@@ -13,6 +13,7 @@ from router.config.frozen import Frozen
 from router.config.model import ModelConfig
 from router.config.sections import (
     AuthConfig,
+    DiscoveryConfig,
     LimitsConfig,
     ListenConfig,
     ServerConfig,
@@ -39,6 +40,7 @@ class GatewayConfig(Frozen):
     # validated like a written one: a config with no `auth` at all refuses to start, too
     auth: AuthConfig = Field(default_factory=dict, validate_default=True)
     limits: LimitsConfig = LimitsConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()  # pools found by DNS (replica_dns)
     models: Mapping[str, ModelConfig]  # the models clients name, each with its routes (at least one model)
 
     @field_validator("models")

@@ -23,7 +23,13 @@ def replica_name(pool: str, index: int) -> str:
 
 
 def replicas_of(entry: DedicatedEndpoint) -> tuple[DedicatedEndpoint, ...]:
-    """The dedicated endpoints an entry stands for: itself, or one per replica URL."""
+    """The dedicated endpoints an entry stands for: itself, one per replica URL, or, found by
+    DNS, one slot set per replica it may have (each keeps `replica_dns`: its address is
+    given at run time, router/fleet/)."""
+    if entry.replica_dns and entry.max_replicas:
+        return tuple(
+            entry.model_copy(update={"name": replica_name(entry.name, i)}) for i in range(entry.max_replicas)
+        )
     if not entry.replica_urls:
         return (entry,)
     return tuple(
@@ -44,7 +50,11 @@ def replicas_of(entry: DedicatedEndpoint) -> tuple[DedicatedEndpoint, ...]:
 
 def expand_pools(config: GatewayConfig) -> GatewayConfig:
     """`config` with every pool entry replaced by its replicas (the same object when none)."""
-    pooled = {name for name, model in config.models.items() if any(d.replica_urls for d in model.dedicated)}
+    pooled = {
+        name
+        for name, model in config.models.items()
+        if any(d.replica_urls or d.replica_dns for d in model.dedicated)
+    }
     if not pooled:
         return config
     models = {

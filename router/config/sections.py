@@ -176,3 +176,52 @@ class TasksConfig(Frozen):
     early_feedback_s: Annotated[float, Field(ge=1, le=3600)] = 60.0
     # early feedback kept per key at most (more: 429)
     max_early_feedback: Annotated[int, Field(ge=1, le=100_000)] = 100
+
+
+class DiscoveryConfig(Frozen):
+    """How pools declared by `replica_dns` are found (router/fleet/): every `refresh_s` the
+    names are resolved, and each replica address keeps one slot set (NAME-i) that every gateway
+    replica agrees on through the state store."""
+
+    refresh_s: Annotated[float, Field(ge=0.05, le=60)] = 1.0  # re-read each pool's A/AAAA records this often
+    # a slot set whose address no gateway replica has resolved this long, and that holds no
+    # lease, is freed for the next new replica; longer than any replica's refresh and DNS TTL
+    forget_after_s: Annotated[float, Field(ge=1, le=3600)] = 10.0
+    # "host" or "host:port" to ask instead of the system resolver (empty: /etc/resolv.conf and hosts)
+    nameservers: tuple[str, ...] = ()
+    timeout_s: Annotated[float, Field(gt=0, le=30)] = 2.0  # one resolution, every record type
+
+    @field_validator("nameservers")
+    @classmethod
+    def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for server in value:
+            nameserver_address(server)
+        return value
+
+    @model_validator(mode="after")
+    def _forget_after_refresh(self) -> DiscoveryConfig:
+        if self.forget_after_s <= 3 * self.refresh_s:
+            raise ValueError(
+                "forget_after_s must be over 3 x refresh_s: a slot set is freed only when no "
+                "gateway replica can still be sending to its address"
+            )
+        return self
+
+
+def nameserver_address(server: str) -> tuple[str, int]:
+    """`host` or `host:port` (`[v6]:port`) as (IP address, port); a name is refused, since
+    resolving the resolver would need a resolver."""
+    host, port = server, 53
+    if server.startswith("["):
+        host, _, rest = server[1:].partition("]")
+        port = int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else -1 if rest else 53
+    elif server.count(":") == 1:
+        host, _, text = server.partition(":")
+        port = int(text) if text.isdigit() else -1
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"nameserver {server!r}: give an IP address (and :port), not a name") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"nameserver {server!r}: the port must be 1-65535")
+    return host, port

@@ -18,6 +18,7 @@ from router.config import GatewayConfig, ModelConfig
 from router.economics.report import economics_report
 from router.economics.routes_report import parse_window, routes_report
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
+from router.fleet.membership import Fleet
 from router.http.admin_views import model_view, parity_to_store, parity_view, probe_view, ranking_to_store
 from router.http.auth import ApiKeys, KeyDigests, bearer_token
 from router.http.bodies import read_body
@@ -36,9 +37,15 @@ class Admin:
     """What every admin route needs: the key check, the model's config, its view, a window."""
 
     def __init__(
-        self, config: GatewayConfig, store: StateStore, signals: Signals, canary: CanaryController
+        self,
+        config: GatewayConfig,
+        store: StateStore,
+        signals: Signals,
+        canary: CanaryController,
+        fleet: Fleet | None = None,
     ) -> None:
         self.config, self.store, self.signals, self.canary = config, store, signals, canary
+        self.fleet = fleet
         self._key = KeyDigests([config.auth.admin_key])
 
     def require(self, request: Request) -> None:
@@ -62,6 +69,7 @@ class Admin:
             snapshot,
             await self.store.rankings.probe(model),
             await self.store.rankings.parity(model),
+            live={e.name: e.base_url for e in self.fleet.endpoints(model)} if self.fleet else None,
         )
         return view | {"window_s": self.config.state.window_s, "state_store": self.store.name}
 
@@ -85,9 +93,15 @@ class Admin:
 
 
 def admin_router(
-    config: GatewayConfig, store: StateStore, signals: Signals, canary: CanaryController, keys: ApiKeys
+    config: GatewayConfig,
+    store: StateStore,
+    signals: Signals,
+    canary: CanaryController,
+    keys: ApiKeys,
+    *,
+    fleet: Fleet | None = None,
 ) -> APIRouter:
-    admin = Admin(config, store, signals, canary)
+    admin = Admin(config, store, signals, canary, fleet)
     router = APIRouter(prefix="/admin", dependencies=[Depends(admin.require)])
     keys_routes(router, config, store.quotas, keys, admin.body)
     _report_routes(router, admin)

@@ -4,6 +4,7 @@ config and a snapshot."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -22,9 +23,17 @@ _SECRETS: Any = {
 
 
 def model_view(
-    model: str, cfg: ModelConfig, snapshot: Snapshot, ranking: bytes | None, parity: bytes | None = None
+    model: str,
+    cfg: ModelConfig,
+    snapshot: Snapshot,
+    ranking: bytes | None,
+    parity: bytes | None = None,
+    *,
+    live: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A model as `GET /admin/models/{model}` shows it (never an upstream's key)."""
+    """A model as `GET /admin/models/{model}` shows it (never an upstream's key). `live`: each
+    serving endpoint's URL now (a DNS pool's slot set with no replica on it is absent)."""
+    urls = live if live is not None else {e.name: e.base_url for e in cfg.endpoints}
     return {
         "model": model,
         "canary_percent": snapshot.canary_percent.get(model, cfg.canary_percent),
@@ -33,7 +42,10 @@ def model_view(
         # obeyed over the file's until `canary reset` (DELETE /admin/models/{m}/canary)
         "canary_percent_source": "live" if model in snapshot.canary_percent else "file",
         "config": cfg.model_dump(mode="json", exclude=_SECRETS),
-        "dedicated": [_pool_view(model, d.name, d.max_concurrency, snapshot) for d in cfg.dedicated],
+        "dedicated": [
+            _pool_view(model, d.name, d.max_concurrency, snapshot) | {"base_url": urls.get(d.name)}
+            for d in cfg.dedicated
+        ],
         "routes": {
             e.name: {
                 "kind": e.kind.value,

@@ -34,6 +34,7 @@ from router.errors import (
     UpstreamFailure,
     UpstreamStatus,
 )
+from router.fleet.membership import Fleet
 from router.openai import PATHS, RequestPeek, peek
 from router.record.records import Attempt, Hedge, Measures, Outcome
 from router.record.tasks import valid_task_id
@@ -77,8 +78,11 @@ class Dispatcher:
         breakers: Breakers,
         telemetry: Telemetry,
         quota: Quota | None = None,
+        fleet: Fleet | None = None,
+        placement: PlacementInputs | None = None,
     ) -> None:
         self._config = config
+        self._fleet = fleet  # DNS pools' live replicas (router/fleet/); None: the config's endpoints
         self._quota = quota
         self._limits = config.limits
         self._signals = signals
@@ -89,7 +93,7 @@ class Dispatcher:
         self._telemetry = telemetry
         self._books = books
         self._policies = policies
-        self._placement = PlacementInputs(config.models)
+        self._placement = placement or PlacementInputs(config.models)
         self._attempt = Attempter(
             config, leases, upstream, books=books, signals=signals, breakers=breakers, telemetry=telemetry
         )
@@ -172,11 +176,12 @@ class Dispatcher:
         task_id = _task_id(asks.task_id)
         context = RequestContext(request.model, request.stream, key, request.prompt_tokens, exempt)
         blocks: tuple[int, ...] = ()
+        endpoints = self._fleet.endpoints(request.model) if self._fleet else config.endpoints
         if len(config.dedicated) > 1:  # replicas to choose among (policies/placement.py)
             blocks, hits = self._placement.read(config, request.model, request.body)
             context = replace(context, session=session_of(session, task_id), prefix_hits=hits)
         snapshot = self._signals.snapshot()
-        decision = self._policies[request.model].decide(context, snapshot, config.endpoints)
+        decision = self._policies[request.model].decide(context, snapshot, endpoints)
         targets = decision.targets if batch_wait is None else batch_targets(config, decision.targets)
         facts = Facts(
             path=path,

@@ -108,6 +108,12 @@ class PlacementInputs:
         blocks = prompt_blocks(body, placement.prefix_block_bytes, placement.max_prefix_blocks)
         return blocks, index.shares(model, blocks, (d.name for d in config.dedicated))
 
+    def forget(self, model: str, replica: str) -> None:
+        """`replica` is another engine now (a DNS pool's slot set moved): its cache starts cold."""
+        index = self._indexes.get(model)
+        if index is not None:
+            index.forget(model, replica)
+
     def served(self, model: str, replica: str, blocks: Sequence[int]) -> None:
         index = self._indexes.get(model)
         if index is not None:

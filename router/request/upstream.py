@@ -94,6 +94,9 @@ def aiohttp_transport(endpoint: Endpoint) -> httpx.AsyncBaseTransport:
     return transport
 
 
+_MAX_URLS = 4096  # parsed URLs kept; replicas come and go, so the cache is bounded
+
+
 class Upstream:
     """Opens requests to endpoints and maps every transport failure to `UpstreamFailure`.
 
@@ -115,9 +118,11 @@ class Upstream:
             self._timeouts[endpoint.name] = timeout.as_dict()
 
     def _url(self, endpoint: Endpoint, path: str) -> httpx.URL:
-        url = self._urls.get((endpoint.name, path))
-        if url is None:  # one per (endpoint, OpenAI path): a handful
-            url = self._urls[endpoint.name, path] = httpx.URL(endpoint.base_url.rstrip("/") + path)
+        url = self._urls.get((endpoint.base_url, path))
+        if url is None:  # one per (API root, OpenAI path): a handful (a DNS pool's: a handful per replica)
+            if len(self._urls) > _MAX_URLS:
+                self._urls.clear()
+            url = self._urls[endpoint.base_url, path] = httpx.URL(endpoint.base_url.rstrip("/") + path)
         return url
 
     async def open(

@@ -34,6 +34,7 @@ from typing import Protocol
 from policies.types import Snapshot
 from router.periodic import Loops
 from router.state.latency import Counts, Histogram, Metric
+from router.state.members import Sighting
 from router.state.quota import QuotaAnswer, QuotaAsk
 from router.state.slots import Lease, Slots
 from router.state.tasks import EarlyBound, Feedback, Settlement, TaskState
@@ -249,3 +250,17 @@ class StateStore(Lifecycle, Protocol):
 
     @property
     def quotas(self) -> Quotas: ...
+
+    @property
+    def members(self) -> Members: ...
+
+
+class Members(Protocol):
+    """DNS pools' replicas on slot sets (router/fleet/), one assignment for every replica."""
+
+    async def claim(self, sighting: Sighting) -> dict[int, str]:
+        """Record that this gateway replica resolved `sighting.addresses` now, and return the
+        pool's slot sets (index -> address) by router/state/members.py's `assign`, applied
+        atomically across every process sharing the store, so each address is on one slot set
+        everywhere. A slot set is freed only when no process has resolved its address for
+        `forget_after_s` and it holds no lease."""

@@ -7,7 +7,7 @@ runs the same checks on real redis-servers."""
 
 from __future__ import annotations
 
-from tests.contracts import canary, circuits, leadership, rankings, spend
+from tests.contracts import canary, circuits, leadership, members, rankings, spend
 from tests.contracts.pair import POOLS, ROUTES, Check, Pair
 
 __all__ = ["POOLS", "ROUTES", "Check", "Pair", "checks"]
@@ -16,7 +16,7 @@ __all__ = ["POOLS", "ROUTES", "Check", "Pair", "checks"]
 def checks() -> list[tuple[str, Check]]:
     """Every role's checks, named `role.check`."""
     found = []
-    for module in (circuits, leadership, canary, rankings, spend):
+    for module in (circuits, leadership, canary, rankings, spend, members):
         role = module.__name__.rsplit(".", 1)[1]
         found += [(f"{role}.{name}", check) for name, check in vars(module).items() if name.startswith("check_")]
     return found

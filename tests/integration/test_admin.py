@@ -57,6 +57,7 @@ def test_get_model_shows_config_and_live_state_without_secrets(admin_gateway):
             "queue_depth": 0,
             "slo_breached": False,
             "engine_saturated": False,
+            "base_url": body["config"]["dedicated"][0]["base_url"],  # one endpoint: where it is
         }
     ]
     assert body["routes"]["sl1"] == {

@@ -14,7 +14,7 @@ CHECKS = checks()
 
 def test_every_role_module_has_checks() -> None:
     roles = {name.split(".")[0] for name, _ in CHECKS}
-    assert roles == {"circuits", "leadership", "canary", "rankings", "spend"}
+    assert roles == {"circuits", "leadership", "canary", "rankings", "spend", "members"}
 
 
 async def _nothing(_: StateStore) -> None:

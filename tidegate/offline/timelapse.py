@@ -86,6 +86,10 @@ UNSCALED: Mapping[str, str] = {
     "ShadowConfig.max_usd_per_day": "money per UTC calendar day",
     "KeepWarmConfig.schedule_days": "days of history the keep-warm schedule learns from",
     **{
+        f"DiscoveryConfig.{name}": "DNS on the wall clock: a replay's replicas join and leave in real time"
+        for name in ("refresh_s", "forget_after_s", "timeout_s")
+    },
+    **{
         f"LimitsConfig.{name}": "client connection hygiene on the wall clock: the replay's clients are real"
         for name in (
             "discard_timeout_s",

@@ -1,6 +1,6 @@
 """The embedded store: one process, one event loop, no I/O. The default without Redis. One role
 object each (router/state/roles.py), as the Redis store's (router/state/redis/store.py):
-leases, series, circuits, leadership, canary runs, rankings, spend, tasks, quotas. The roles
+leases, series, circuits, leadership, canary runs, rankings, spend, tasks, quotas, members. The roles
 that feed the snapshot give their own fields; `snapshot()` joins them."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from router.state.memory.control import (
     MemorySpend,
 )
 from router.state.memory.leases import MemoryLeases
+from router.state.memory.members import MemoryMembers
 from router.state.memory.series import MemorySeries
 from router.state.memory.tasks import MemoryTasks
 from router.state.quota import MemoryQuotas
@@ -57,6 +58,7 @@ class MemoryStore:
         self.spend = MemorySpend()
         self.tasks = MemoryTasks(max_tasks)
         self.quotas = MemoryQuotas()
+        self.members = MemoryMembers()
         self._feeds: tuple[_Feed, ...] = (self.leases, self.series, self.circuits, self.canary, self.rankings)
         self._task: asyncio.Task[None] | None = None
 

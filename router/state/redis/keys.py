@@ -72,3 +72,7 @@ class Keys:
 
     def spend(self, ledger: str) -> str:
         return f"{self.prefix}:spend:{{{ledger}}}"
+
+    def members(self, pool: str) -> str:
+        """A DNS pool's slot sets and when each address was last resolved (hash)."""
+        return f"{self.prefix}:members:{{{pool}}}"

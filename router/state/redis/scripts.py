@@ -322,6 +322,24 @@ return 1
 """
 
 
+# KEYS: a DNS pool's members hash ('v': its version, 's:SLOT': an address, 't:ADDRESS': when
+# last resolved, server ms). READ returns the server's ms and the hash; WRITE replaces the hash
+# with ARGV[3..] (field, value pairs) if its version is still ARGV[1] (0: taken), kept ARGV[2] ms.
+# The rule itself is router/state/members.py's, in Python, once for both stores.
+_READ_MEMBERS_LUA = (
+    NOW_MS
+    + """
+return {now_ms, redis.call('HGETALL', KEYS[1])}
+"""
+)
+_WRITE_MEMBERS_LUA = """
+if (redis.call('HGET', KEYS[1], 'v') or '0') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
 ACQUIRE = Script(_ACQUIRE_LUA)
 RENEW = Script(_RENEW_LUA)
 REMOVE = Script(_REMOVE_LUA)
@@ -339,3 +357,5 @@ LEAD = Script(_LEAD_LUA)
 RESIGN = Script(_RESIGN_LUA)
 CANARY_WRITE = Script(_CANARY_WRITE_LUA)
 MERGE = Script(_MERGE_LUA)
+READ_MEMBERS = Script(_READ_MEMBERS_LUA)
+WRITE_MEMBERS = Script(_WRITE_MEMBERS_LUA)

@@ -1,7 +1,8 @@
 """The shared store, for many workers and replicas: one role object each (router/state/roles.py)
 over one link (router/state/redis/link.py): leases (dedicated slots and the line for them),
 series (latency histograms and counters), circuits, leadership, canary runs, rankings, spend
-(control.py), tasks and quotas. Consumers take the role they use (`store.leases`, ...).
+(control.py), tasks, quotas and members (DNS pools' slot sets). Consumers take the role they
+use (`store.leases`, ...).
 Every command goes down one of two Batchers (router/state/redis/batch.py): the request path's
 (acquires, releases, settlements, quota steps) and the background's (everything else), so no
 window read queues ahead of an acquire. On a single Redis each is a connection of the store's
@@ -46,6 +47,7 @@ from router.state.redis.control import (
 from router.state.redis.keys import Keys
 from router.state.redis.leases import RedisLeases
 from router.state.redis.link import LinkSettings, RedisLink, SnapshotFeed, ask, log
+from router.state.redis.members import RedisMembers
 from router.state.redis.quotas import RedisQuotas
 from router.state.redis.series import RedisSeries
 from router.state.redis.tasks import RedisTasks
@@ -109,6 +111,7 @@ class RedisStore:
         self.spend = RedisSpend(link)
         self.tasks = RedisTasks(link)
         self.quotas = RedisQuotas(link)
+        self.members = RedisMembers(link)
         self._feeds: tuple[SnapshotFeed, ...] = (self.leases, self.circuits, self.canary, self.rankings)
         self._start_degraded = start_degraded
         self.started_at = time.time()  # this process; the first replica's once start() read it
