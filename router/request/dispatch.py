@@ -202,6 +202,12 @@ class Dispatcher:
             batch_wait_s=batch_wait,
             prefix_blocks=blocks,
         )
+        if not targets:  # a pool found by DNS with no replica now, and nothing beside it
+            raise NoCapacity(
+                f"No endpoint of `{request.model}` is up: its dedicated pool has no replica now "
+                "(its DNS name resolves to none); try again shortly",
+                headers={"retry-after": "1"},
+            )
         job = Job(facts, Walk(targets, decision.reason, placement=decision.placement))
         self._attempt.body_for(job, targets[0])  # a body we cannot forward is the client's 400
         return job

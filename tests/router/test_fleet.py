@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import time
 
+import openai
 import pytest
 
+from router.app import create_app
 from router.config import ConfigError, parse_config
 from router.fleet.membership import Fleet
 from router.state.memory.store import MemoryStore
 from router.state.slots import Slots
 from tests.nameserver import Nameserver
+from tests.servers import ThreadServer
 
 POOL = "{name: vllm, model: d, gpu_hour_usd: 0, max_concurrency: 2, replica_dns: 'http://vllm.test:8000/v1', max_replicas: 3}"
 
@@ -138,3 +141,19 @@ async def test_a_resolver_that_fails_later_keeps_the_pool_serving():
     await fleet.refresh()  # the resolver is gone now
     assert live(fleet)["vllm-0"] == "http://10.0.0.5:8000/v1"
     await fleet.close()
+
+
+def test_a_request_finding_no_replica_gets_a_503_with_retry_after():
+    with Nameserver() as ns:
+        ns.set("vllm.test")  # scaled to zero, and no serverless route beside it
+        text = config_text(ns.address).replace(
+            "    serverless: [{name: sl, model: s, base_url: 'http://sl:1/v1', usd_per_mtok_in: 0, usd_per_mtok_out: 0}]\n",
+            "",
+        )
+        with ThreadServer(create_app(parse_config(text, {}))) as gateway:
+            client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0)
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 503
+    assert caught.value.response.headers["retry-after"] == "1"
+    assert "no replica now" in caught.value.message
