@@ -64,7 +64,8 @@ def settle_deltas(before: TaskState, route: str, ok: bool) -> dict[str, Counts]:
     moved = deltas.setdefault(route, {})
     moved["tasks"] = moved.get("tasks", 0) + 1
     moved["tasks_ok"] = moved.get("tasks_ok", 0) + float(now_ok)
-    return {r: {k: v for k, v in c.items() if v} for r, c in deltas.items()}
+    moving = {r: {k: v for k, v in c.items() if v} for r, c in deltas.items()}
+    return {r: c for r, c in moving.items() if c}
 
 
 def feedback_deltas(before: TaskState, ok: bool) -> dict[str, Counts]:
@@ -111,7 +112,8 @@ class TaskLedger:
         if len(self._pending) >= _MAX_PENDING:
             self._count_alone(route, ok)
             return
-        self._pending.append(Settlement(task_name(owner, task, request), request, route, ok, owner))
+        ended_ms = int(time.time() * 1000)  # the task goes by its last request's end, not settle order
+        self._pending.append(Settlement(task_name(owner, task, request), request, route, ok, owner, ended_ms))
         self._idle.clear()
         self._wake.set()
 
@@ -176,6 +178,9 @@ class TaskLedger:
         )
         for item, state in zip(batch, states, strict=True):
             if isinstance(state, TaskState):
+                if state.superseded:  # a later request of the task settled first: it stays there
+                    self._apply(settle_deltas(state, state.route, state.ok))
+                    continue
                 self._apply(settle_deltas(state, item.route, item.ok))
                 if not state.route:
                     self._tell(item.route, "success" if item.ok and not state.failed else "failure")

@@ -12,6 +12,8 @@ import orjson
 import pytest
 
 from policies.types import route_key
+from router.record.tasks import settle_deltas
+from router.state.tasks import TaskState
 from tests.router.asgi import (
     Gateway,
     MockUpstreams,
@@ -409,3 +411,11 @@ async def test_a_cut_stream_is_wasted_spend_on_its_route():
     assert counts["sl1"]["cost_usd"] == counts["sl1"]["wasted_usd"] == 3.0
     assert counts["sl1"]["tokens_estimated"] == 1
     assert counts["sl1"].get("tasks_ok", 0) == 0
+
+
+def test_a_superseded_settle_moves_only_a_new_failure_on_the_route_the_task_stays_on():
+    """The ledger applies a superseded settle as the task's own route and outcome (router/record/tasks.py)."""
+    kept = TaskState("m/b", ok=True, failed=False, owner="k", superseded=True)
+    assert settle_deltas(kept, kept.route, kept.ok) == {}  # nothing moves
+    marked = TaskState("m/b", ok=True, failed=True, owner="k", superseded=True)
+    assert settle_deltas(marked, marked.route, marked.ok) == {"m/b": {"tasks_ok": -1}}

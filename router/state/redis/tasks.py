@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -33,7 +34,7 @@ class RedisTasks(RedisRole):
             key = self.task_key(settled.request)
             marked = int(await self._batch.call_script(LINK_REQUEST, [key], args, lazy=True)) == 1
         ok, failed = "1" if settled.ok else "0", "1" if marked else "0"
-        args = [settled.route, ok, ttl_ms, settled.owner, failed]
+        args = [settled.route, ok, ttl_ms, settled.owner, failed, settled.ended_ms]
         key = self.task_key(settled.task)
         before = await self._batch.call_script(SETTLE_TASK, [key], args, lazy=True)
         return _task_state(before)
@@ -82,8 +83,13 @@ class RedisTasks(RedisRole):
 
 
 def _task_state(reply: Sequence[Any]) -> TaskState:
-    route, ok, failed, owner = reply
-    return TaskState(_text(route), bool(int(ok)), bool(int(failed)), _text(owner))
+    """A settle's reply (route, ok, failed, owner, superseded, ended) or a feedback's (the first four)."""
+    route, ok, failed, owner, *settle = reply
+    state = TaskState(_text(route), bool(int(ok)), bool(int(failed)), _text(owner))
+    if settle:
+        superseded, ended = settle
+        state = replace(state, superseded=bool(int(superseded)), ended_ms=int(ended))
+    return state
 
 
 def _text(value: Any) -> str:
