@@ -217,6 +217,23 @@ def keda_for_dedicated_pools() -> str | None:
     return None if target == "vllm-a" and scaled["spec"]["maxReplicaCount"] == 4 else f"spec {scaled['spec']}"
 
 
+def dns_pool_wiring() -> str | None:
+    """A pool found by DNS: its headless Service publishes only Ready pods, the discovery
+    settings reach the config, and KEDA may not scale past the pool's max_replicas."""
+    values = yaml.safe_load((ROOT / "helm" / "examples" / "dns-pool-values.yaml").read_text())
+    docs = documents(render(CHART, values))
+    (service,) = [d for d in docs if d.get("kind") == "Service" and d["spec"].get("clusterIP") == "None"]
+    spec = service["spec"]
+    if spec["publishNotReadyAddresses"] or spec["selector"] != {"app": "vllm-llama"}:
+        return f"headless Service {spec}"
+    config = yaml.safe_load(find(docs, "ConfigMap")["data"]["tidegate.yaml"])
+    if config.get("discovery") != {"refresh_s": 1.0, "forget_after_s": 10.0}:
+        return f"discovery rendered as {config.get('discovery')}"
+    too_many = copy.deepcopy(values)
+    too_many["dedicatedAutoscaling"]["pools"][0]["maxReplicas"] = 9
+    return render_fails(too_many, "exceeds routes.llama-8b.dedicated[vllm].max_replicas")
+
+
 def trusted_proxies() -> str | None:
     def believed(values: dict[str, Any] | None) -> Any:
         text = find(documents(render(CHART, values)), "ConfigMap")["data"]["tidegate.yaml"]
@@ -270,6 +287,10 @@ def render_checks(checks: Checks, tidegate: str, workdir: Path) -> None:
     checks.run(
         "render: dedicatedAutoscaling renders a KEDA ScaledObject per pool (off by default)",
         keda_for_dedicated_pools,
+    )
+    checks.run(
+        "render: a DNS pool's headless Service, discovery settings, and KEDA within max_replicas",
+        dns_pool_wiring,
     )
     checks.run(
         "render: X-Forwarded-For is believed only from trustedProxies (none by default)", trusted_proxies

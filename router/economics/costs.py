@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -297,6 +297,24 @@ async def dedicated_gauges(
             "desired_replicas": float(math.ceil(demand / (slots_per_replica(endpoint) * TARGET_UTILIZATION))),
             "usd_per_hour": endpoint.gpus * endpoint.gpu_hour_usd * replicas_now,
         }
+    return gauges | dns_pool_gauges(config, demand_s, window_s)
+
+
+def dns_pool_gauges(
+    config: GatewayConfig, demand_s: Mapping[str, float], window_s: float
+) -> dict[str, dict[str, float]]:
+    """A pool found by DNS, under its entry's name: the replicas its slot sets' demand needs at
+    TARGET_UTILIZATION, at most `max_replicas` (what KEDA scales the pool's Deployment by)."""
+    pools: dict[str, list[DedicatedEndpoint]] = {}
+    for model in config.models.values():
+        for d in model.dedicated:
+            if d.replica_dns:
+                pools.setdefault(d.name.rpartition("-")[0], []).append(d)
+    gauges = {}
+    for pool, slots in pools.items():
+        demand = sum(demand_s.get(s.name, 0.0) for s in slots) / window_s
+        wanted = math.ceil(demand / (slots[0].max_concurrency * TARGET_UTILIZATION))
+        gauges[pool] = {"desired_replicas": float(min(wanted, slots[0].max_replicas or len(slots)))}
     return gauges
 
 

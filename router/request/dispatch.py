@@ -202,12 +202,7 @@ class Dispatcher:
             batch_wait_s=batch_wait,
             prefix_blocks=blocks,
         )
-        if not targets:  # a pool found by DNS with no replica now, and nothing beside it
-            raise NoCapacity(
-                f"No endpoint of `{request.model}` is up: its dedicated pool has no replica now "
-                "(its DNS name resolves to none); try again shortly",
-                headers={"retry-after": "1"},
-            )
+        _some_endpoint(targets, request.model)
         job = Job(facts, Walk(targets, decision.reason, placement=decision.placement))
         self._attempt.body_for(job, targets[0])  # a body we cannot forward is the client's 400
         return job
@@ -389,3 +384,13 @@ def _stickiness(request: RequestPeek, session: str | None) -> str:
     if session is not None:
         return session
     return f"{random.getrandbits(64):016x}"  # a spread, not a secret: no syscall per request
+
+
+def _some_endpoint(targets: Sequence[object], model: str) -> None:
+    """A pool found by DNS with no replica now, and nothing beside it: 503, try again shortly."""
+    if not targets:
+        raise NoCapacity(
+            f"No endpoint of `{model}` is up: its dedicated pool has no replica now "
+            "(its DNS name resolves to none); try again shortly",
+            headers={"retry-after": "1"},
+        )

@@ -13,6 +13,7 @@ import pytest
 
 from router.app import create_app
 from router.config import ConfigError, parse_config
+from router.economics.costs import dns_pool_gauges
 from router.fleet.membership import Fleet
 from router.state.memory.store import MemoryStore
 from router.state.slots import Slots
@@ -157,3 +158,15 @@ def test_a_request_finding_no_replica_gets_a_503_with_retry_after():
     assert caught.value.status_code == 503
     assert caught.value.response.headers["retry-after"] == "1"
     assert "no replica now" in caught.value.message
+
+
+def test_a_dns_pool_reports_the_replicas_its_demand_needs_for_keda():
+    config = parse_config(config_text("127.0.0.1:53"), {})  # 3 slot sets of 2 slots
+    window = 300.0
+    # 2.8 slots busy on average over the window, across two pods: ceil(2.8 / (2 x 0.7)) = 2
+    assert dns_pool_gauges(config, {"vllm-0": 1.5 * window, "vllm-1": 1.3 * window}, window) == {
+        "vllm": {"desired_replicas": 2.0}
+    }
+    # more than max_replicas could carry: capped at max_replicas (KEDA's ceiling too)
+    assert dns_pool_gauges(config, {"vllm-0": 40 * window}, window) == {"vllm": {"desired_replicas": 3.0}}
+    assert dns_pool_gauges(config, {}, window) == {"vllm": {"desired_replicas": 0.0}}

@@ -47,4 +47,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and .Values.redis.url .Values.redis.embedded.enabled -}}
 {{- fail "tidegate: set either redis.url or redis.embedded.enabled, not both" -}}
 {{- end -}}
+{{- if .Values.dedicatedAutoscaling.enabled -}}
+{{- range $scaled := .Values.dedicatedAutoscaling.pools -}}
+{{- range $model, $routes := $.Values.routes -}}
+{{- range $pool := ($routes.dedicated | default list) -}}
+{{- if and $pool.replica_dns (eq $pool.name $scaled.endpoint) (gt (int $scaled.maxReplicas) (int $pool.max_replicas)) -}}
+{{- fail (printf "tidegate: dedicatedAutoscaling.pools[%s].maxReplicas (%d) exceeds routes.%s.dedicated[%s].max_replicas (%d): pods beyond it would get no slot set and no traffic" $scaled.endpoint (int $scaled.maxReplicas) $model $pool.name (int $pool.max_replicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
