@@ -107,13 +107,16 @@ class TaskLedger:
         self.untracked = 0  # requests counted as tasks of their own (queue full, store away)
         self._warned_at = -_WARN_EVERY_S
 
-    def settle_later(self, task: str, request: str, route: str, ok: bool, owner: str) -> None:
-        """`task`: the client's task id (`t:...`), or the request id for a task of its own."""
+    def settle_later(
+        self, task: str, request: str, route: str, ok: bool, owner: str, *, started_s: float = 0.0
+    ) -> None:
+        """`task`: the client's task id (`t:...`), or the request id for a task of its own;
+        `started_s`: when the request arrived (Unix s): the task goes by its last arrival."""
         if len(self._pending) >= _MAX_PENDING:
             self._count_alone(route, ok)
             return
-        ended_ms = int(time.time() * 1000)  # the task goes by its last request's end, not settle order
-        self._pending.append(Settlement(task_name(owner, task, request), request, route, ok, owner, ended_ms))
+        name = task_name(owner, task, request)
+        self._pending.append(Settlement(name, request, route, ok, owner, int(started_s * 1000)))
         self._idle.clear()
         self._wake.set()
 

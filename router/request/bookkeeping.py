@@ -176,7 +176,10 @@ class Books:
             if self._ledger is not None:
                 route = route_key(job.facts.request.model, target.name if target else "-")
                 facts = job.facts
-                self._ledger.settle_later(facts.task_id, facts.request_id, route, ok, facts.client.caller)
+                started_s = time.time() - ms_since(facts.received_at) / 1000  # its arrival, wall clock
+                self._ledger.settle_later(
+                    facts.task_id, facts.request_id, route, ok, facts.client.caller, started_s=started_s
+                )
         if job.span is not None:
             end_spans(job, target, status, measures, outcome)
         self._recorder.record(

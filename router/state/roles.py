@@ -180,8 +180,8 @@ class Tasks(Protocol):
         """Record that `settled.request` (of the task named `settled.task`, made by `owner`)
         ended on `route`, ok or not; the task's state before, `failed` including early failure
         feedback of its owner on the task or on this request. The task is ok now when `ok`
-        and no feedback marked it failed. A settle of a request that ended before the one the
-        task is on (`ended_ms`: settles of one task from several replicas arrive in any order)
+        and no feedback marked it failed. A settle of a request that arrived before the one the
+        task is on (`started_ms`: settles of one task from several replicas arrive in any order)
         leaves the task where it is, marks only `failed`, and says `superseded`."""
 
     async def task_feedback(

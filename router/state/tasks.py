@@ -16,10 +16,10 @@ class TaskState:
     ok: bool = False
     failed: bool = False
     owner: str = ""
-    # a settle only: a request of the task that ended later settled first, so the task stays on
+    # a settle only: a request of the task that arrived later settled first, so the task stays on
     # `route` with `ok` (this settle moved nothing but, with early feedback, `failed`)
     superseded: bool = False
-    ended_ms: int = 0  # when the request the task is on ended (Unix ms)
+    started_ms: int = 0  # when the request the task is on arrived (Unix ms)
 
 
 class FeedbackResult(StrEnum):
@@ -52,6 +52,8 @@ class Settlement:
     route: str
     ok: bool
     owner: str
-    # when the request ended (Unix ms, the gateway replica's clock): a task is on the route of
-    # its request that ended last, whatever order the replicas' settles arrive in (0: unknown)
-    ended_ms: int = 0
+    # when the request arrived (Unix ms, the gateway replica's clock): a task is on the route of
+    # its request that arrived last, whatever order the replicas' settles come in (0: unknown).
+    # Arrival, not the end: a step starts only after the client read the step before it, while
+    # a gateway replica may write its books after the next step has ended on another one
+    started_ms: int = 0

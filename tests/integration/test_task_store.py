@@ -141,22 +141,22 @@ async def test_tasks_and_early_marks_expire(redis_url):
         await store.close()
 
 
-def ended(task: str, request: str, route: str, at_ms: int, ok: bool = True) -> Settlement:
+def arrived(task: str, request: str, route: str, at_ms: int, ok: bool = True) -> Settlement:
     return Settlement(task_name(A, task, request), request, route, ok, A, at_ms)
 
 
-async def test_a_task_stays_on_the_route_of_its_request_that_ended_last_whatever_the_settle_order(store):
-    """Two gateway replicas settle a task's steps in batches of their own: the step that ended
-    later can arrive first. The earlier step's settle then moves nothing."""
+async def test_a_task_stays_on_the_route_of_its_request_that_arrived_last_whatever_the_settle_order(store):
+    """Two gateway replicas settle a task's steps in batches of their own: the step that arrived
+    later can be settled first. The earlier step's settle then moves nothing."""
     name = task_name(A, "t:race", "r1")
-    assert await store.tasks.settle_task(ended("t:race", "r2", "m/b", 2_000), 60) == TaskState(
+    assert await store.tasks.settle_task(arrived("t:race", "r2", "m/b", 2_000), 60) == TaskState(
         "", False, False, ""
     )
-    late = await store.tasks.settle_task(ended("t:race", "r1", "m/a", 1_000, ok=False), 60)
+    late = await store.tasks.settle_task(arrived("t:race", "r1", "m/a", 1_000, ok=False), 60)
     assert (late.route, late.ok, late.failed, late.superseded) == ("m/b", True, False, True)
     found = await store.tasks.task_feedback(name, True, A, 60, EARLY)
     assert (found.before.route, found.before.ok) == ("m/b", True)  # still r2's route and outcome
-    newer = await store.tasks.settle_task(ended("t:race", "r3", "m/a", 3_000), 60)
+    newer = await store.tasks.settle_task(arrived("t:race", "r3", "m/a", 3_000), 60)
     assert (newer.route, newer.superseded) == ("m/b", False)  # a later step moves it, as always
 
 
@@ -164,8 +164,8 @@ async def test_a_superseded_settle_still_lands_its_early_failure_feedback(store)
     name = task_name(A, "t:race", "r1")
     kept = await store.tasks.task_feedback("r1", False, A, 60, EARLY)  # failure ahead of r1's settle
     assert kept.result is FeedbackResult.KEPT
-    await store.tasks.settle_task(ended("t:race", "r2", "m/b", 2_000), 60)
-    late = await store.tasks.settle_task(ended("t:race", "r1", "m/a", 1_000), 60)
+    await store.tasks.settle_task(arrived("t:race", "r2", "m/b", 2_000), 60)
+    late = await store.tasks.settle_task(arrived("t:race", "r1", "m/a", 1_000), 60)
     assert (late.route, late.ok, late.failed, late.superseded) == ("m/b", True, True, True)
     found = await store.tasks.task_feedback(name, True, A, 60, EARLY)
     assert (found.before.route, found.before.ok, found.before.failed) == ("m/b", False, True)

@@ -38,13 +38,14 @@ class MemoryTasks:
         marked = [self._take_early(name, owner, now) for name in {task, request}]
         before = self._live(self._tasks, task, now) or TaskState()
         before = replace(before, failed=before.failed or any(marked))
-        if before.route and before.ended_ms > settled.ended_ms:  # a later request settled first
+        if before.route and before.started_ms > settled.started_ms:  # a later request settled first
             kept = replace(before, ok=before.ok and not before.failed)
             self._keep(self._tasks, task, kept, now + ttl_s)
             if task != request:
                 self._keep(self._requests, request, task, now + ttl_s)
             return replace(before, superseded=True)
-        state = TaskState(route, ok and not before.failed, before.failed, owner, ended_ms=settled.ended_ms)
+        failed = before.failed
+        state = TaskState(route, ok and not failed, failed, owner, started_ms=settled.started_ms)
         self._keep(self._tasks, task, state, now + ttl_s)
         if task != request:
             self._keep(self._requests, request, task, now + ttl_s)

@@ -184,13 +184,13 @@ return left
 )
 
 # KEYS: one task's hash. ARGV: route, ok (1/0), ttl_ms, owner, extra_failed (1: the owner's
-# early feedback on the request was waiting), the request's end (Unix ms). Returns the task's
-# {route, ok, failed, owner, superseded, ended} before, `failed` counting the owner's early
-# failure feedback (an `early` mark left by EARLY_MARK); another caller's early mark is
-# dropped. A request that ended before the one the task is on (`ended`) moves nothing but
+# early feedback on the request was waiting), the request's arrival (Unix ms). Returns the
+# task's {route, ok, failed, owner, superseded, started} before, `failed` counting the owner's
+# early failure feedback (an `early` mark left by EARLY_MARK); another caller's early mark is
+# dropped. A request that arrived before the one the task is on (`started`) moves nothing but
 # `failed`, and says `superseded` (1).
 _SETTLE_TASK_LUA = """
-local h = redis.call('HMGET', KEYS[1], 'route', 'ok', 'failed', 'owner', 'early', 'ended')
+local h = redis.call('HMGET', KEYS[1], 'route', 'ok', 'failed', 'owner', 'early', 'started')
 local route = h[1] or ''
 local failed = 0
 if route ~= '' then failed = tonumber(h[3] or '0') end
@@ -202,7 +202,8 @@ if route ~= '' and tonumber(h[6] or '0') > tonumber(ARGV[6]) then
   return {route, tonumber(h[2] or '0'), failed, h[4] or '', 1, h[6]}
 end
 local ok = (ARGV[2] == '1' and failed == 0) and 1 or 0
-redis.call('HSET', KEYS[1], 'route', ARGV[1], 'ok', ok, 'failed', failed, 'owner', ARGV[4], 'ended', ARGV[6])
+redis.call('HSET', KEYS[1], 'route', ARGV[1], 'ok', ok, 'failed', failed, 'owner', ARGV[4],
+  'started', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if route == '' then return {'', 0, failed, '', 0, 0} end
 return {route, tonumber(h[2] or '0'), failed, h[4] or '', 0, h[6] or 0}

@@ -34,7 +34,7 @@ class RedisTasks(RedisRole):
             key = self.task_key(settled.request)
             marked = int(await self._batch.call_script(LINK_REQUEST, [key], args, lazy=True)) == 1
         ok, failed = "1" if settled.ok else "0", "1" if marked else "0"
-        args = [settled.route, ok, ttl_ms, settled.owner, failed, settled.ended_ms]
+        args = [settled.route, ok, ttl_ms, settled.owner, failed, settled.started_ms]
         key = self.task_key(settled.task)
         before = await self._batch.call_script(SETTLE_TASK, [key], args, lazy=True)
         return _task_state(before)
@@ -83,12 +83,12 @@ class RedisTasks(RedisRole):
 
 
 def _task_state(reply: Sequence[Any]) -> TaskState:
-    """A settle's reply (route, ok, failed, owner, superseded, ended) or a feedback's (the first four)."""
+    """A settle's reply (route, ok, failed, owner, superseded, started) or a feedback's (the first four)."""
     route, ok, failed, owner, *settle = reply
     state = TaskState(_text(route), bool(int(ok)), bool(int(failed)), _text(owner))
     if settle:
-        superseded, ended = settle
-        state = replace(state, superseded=bool(int(superseded)), ended_ms=int(ended))
+        superseded, started = settle
+        state = replace(state, superseded=bool(int(superseded)), started_ms=int(started))
     return state
 
 
