@@ -157,7 +157,14 @@ def build_parts(
     telemetry = telemetry or Telemetry(*default_providers())
     recorder = recorder or Recorder(sinks=[telemetry])
     loops = store.loops  # one set of heartbeats: the store's loops and every part's
-    signals = Signals(config, store, loops)
+    placement = PlacementInputs(config.models)
+
+    def moved(model: str, replica: str) -> None:  # a DNS pool's slot set is another pod now
+        placement.forget(model, replica)
+        signals.forget(replica)
+
+    fleet = Fleet(config, store.members, store.snapshot, on_moved=moved, loops=loops)
+    signals = Signals(config, store, loops, metrics_url=fleet.metrics_url)
     telemetry.watch(signals.snapshot, store)
     early = EarlyBound(config.tasks.max_early_feedback, config.tasks.early_feedback_s)
     ledger = TaskLedger(
@@ -165,8 +172,6 @@ def build_parts(
     )
     shadow = Shadow(config, store, upstream, telemetry.registry)
     quota = Quota(store.quotas, telemetry.registry)
-    placement = PlacementInputs(config.models)
-    fleet = Fleet(config, store.members, store.snapshot, on_moved=placement.forget, loops=loops)
     dispatcher = Dispatcher(
         config,
         store.leases,

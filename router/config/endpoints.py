@@ -225,14 +225,14 @@ class DedicatedEndpoint(EndpointConfig):
 
 
 def _found_by_dns(data: dict[str, Any]) -> dict[str, Any]:
-    """A DNS pool's replicas are the name's records: not listed, not scheduled here, and not
-    scraped yet (a replica's /metrics would need its address, known only at run time)."""
-    listed = ("base_url", "replica_urls", "replicas", "schedule", "engine_signal")
+    """A DNS pool's replicas are the name's records: not listed and not scheduled here (an
+    engine_signal's metrics_url gives the path; each pod is scraped at its own address)."""
+    listed = ("base_url", "replica_urls", "replicas", "schedule")
     given = [key for key in listed if key in data]
     if given:
         raise ValueError(
             f"replica_dns finds the pool's replicas: leave {' and '.join(given)} out "
-            "(engine_signal is not supported on a DNS pool yet)"
+            "(each pod it resolves is one replica)"
         )
     if "max_replicas" not in data:
         raise ValueError(

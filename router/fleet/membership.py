@@ -91,6 +91,7 @@ class Fleet:
         self._held: dict[str, dict[int, str]] = {}  # pool -> slot set -> address (the store's word)
         self._resolved: dict[str, tuple[str, ...]] = {}  # pool -> what its name resolved to here
         self._at: dict[str, DedicatedEndpoint] = {}  # slot set -> itself at its address now
+        self._metrics: dict[str, str] = {}  # live slot set -> its pod's /metrics
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         for model in {p.model for p in self._pools}:
@@ -98,6 +99,11 @@ class Fleet:
 
     def endpoints(self, model: str) -> tuple[Endpoint, ...]:
         return self._live[model]
+
+    def metrics_url(self, replica: str) -> str | None:
+        """Where a live slot set's pod serves its engine's /metrics (its address, the
+        engine_signal's path); None for a slot set with no pod, or not of a DNS pool."""
+        return self._metrics.get(replica)
 
     def members(self) -> Mapping[str, Mapping[int, str]]:
         """Each DNS pool's slot sets live here (index -> address), for the admin API."""
@@ -167,15 +173,24 @@ class Fleet:
         live: dict[str, DedicatedEndpoint] = {}
         for pool in self._pools:
             if pool.model == model:
+                for slot in pool.slots:
+                    self._metrics.pop(slot.name, None)
                 for i, address in self._live_slots(pool).items():
                     slot = pool.slots[i]
                     found = self._at.get(slot.name)
                     if found is None or found.base_url != at_address(slot, address).base_url:
                         found = self._at[slot.name] = at_address(slot, address)
                     live[slot.name] = found
+                    if slot.engine_signal is not None:
+                        self._metrics[slot.name] = _metrics_at(found.base_url, slot.engine_signal.metrics_url)
         configured = self._config.models[model].endpoints
         self._live[model] = tuple(
             live.get(e.name, e)
             for e in configured
             if not (isinstance(e, DedicatedEndpoint) and e.replica_dns) or e.name in live
         )
+
+
+def _metrics_at(base_url: str, metrics_url: str) -> str:
+    here, there = urlsplit(base_url), urlsplit(metrics_url)
+    return urlunsplit((here.scheme, here.netloc, there.path, there.query, ""))

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
@@ -92,8 +93,18 @@ class SnapshotSource(Protocol):
 
 
 class Signals:
-    def __init__(self, config: GatewayConfig, store: SnapshotSource, loops: Loops | None = None) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: SnapshotSource,
+        loops: Loops | None = None,
+        *,
+        metrics_url: Callable[[str], str | None] | None = None,
+    ) -> None:
+        """`metrics_url`: where a DNS pool's slot set's pod serves /metrics now (router/fleet/),
+        None while it has none; other pools' engine_signal says where."""
         self._store = store
+        self._metrics_url = metrics_url
         self._loops = loops or Loops()
         self._client: httpx.AsyncClient | None = None
         self._slo: dict[str, SloConfig] = {
@@ -102,6 +113,7 @@ class Signals:
             if model.slo.ttft_p95_ms is not None
             for d in model.dedicated
         }
+        self._found = {d.name for m in config.models.values() for d in m.dedicated if d.replica_dns}
         self._engines: dict[str, EngineSignalConfig] = {}
         self._max_running: dict[str, int] = {}
         for model in config.models.values():
@@ -143,6 +155,10 @@ class Signals:
             if sample is not None and now - sample.scraped_at <= signal.stale_after_s:
                 queues[pool] = EngineQueue(sample.estimated_waiting(), sample.mean_prompt_tokens)
         return queues
+
+    def forget(self, pool: str) -> None:
+        """`pool` is another engine now (a DNS pool's slot set moved): its last scrape says nothing."""
+        self._samples.pop(pool, None)
 
     def first_token(self, pool: str, pending_tokens: int, ttft_ms: float) -> None:
         """A measurement for the pool's prefill model (predicted-TTFT admission)."""
@@ -191,12 +207,15 @@ class Signals:
 
     async def scrape(self, client: httpx.AsyncClient, pool: str) -> None:
         signal = self._engines[pool]
+        url = self._metrics_url(pool) if self._metrics_url and pool in self._found else signal.metrics_url
+        if url is None:  # a DNS pool's slot set with no pod on it now: nothing to read
+            return
         try:
-            response = await client.get(signal.metrics_url, timeout=signal.interval_s)
+            response = await client.get(url, timeout=signal.interval_s)
             response.raise_for_status()
             sample = parse_engine_metrics(response.text, time.monotonic(), self._max_running[pool])
         except (httpx.HTTPError, EngineScrapeError) as exc:
-            log.warning("engine signal: scraping %s failed: %s", signal.metrics_url, exc)
+            log.warning("engine signal: scraping %s failed: %s", url, exc)
             return
         self._samples[pool] = sample
         self._dispatched[pool] = self._completed[pool] = 0

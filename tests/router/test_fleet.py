@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import openai
 import pytest
 
@@ -15,10 +16,12 @@ from router.app import create_app
 from router.config import ConfigError, parse_config
 from router.economics.costs import dns_pool_gauges
 from router.fleet.membership import Fleet
+from router.signals.loop import Signals
 from router.state.memory.store import MemoryStore
 from router.state.slots import Slots
+from tests.conftest import dedicated_profile
 from tests.nameserver import Nameserver
-from tests.servers import ThreadServer
+from tests.servers import Sim, ThreadServer
 
 POOL = "{name: vllm, model: d, gpu_hour_usd: 0, max_concurrency: 2, replica_dns: 'http://vllm.test:8000/v1', max_replicas: 3}"
 
@@ -45,7 +48,6 @@ def test_a_dns_pool_loads_as_max_replicas_slot_sets():
     [
         (POOL.replace("}", ", base_url: 'http://a:1/v1'}"), "leave base_url out"),
         (POOL.replace("}", ", replica_urls: ['http://a:1/v1']}"), "leave replica_urls out"),
-        (POOL.replace("}", ", engine_signal: {metrics_url: 'http://a/metrics'}}"), "engine_signal"),
         (POOL.replace(", max_replicas: 3", ""), "needs max_replicas"),
         (POOL.replace("replica_dns: 'http://vllm.test:8000/v1'", "base_url: 'http://a:1/v1'"), "bounds a pool"),
         (POOL.replace("8000/v1", "8000"), "no API path"),
@@ -170,3 +172,31 @@ def test_a_dns_pool_reports_the_replicas_its_demand_needs_for_keda():
     # more than max_replicas could carry: capped at max_replicas (KEDA's ceiling too)
     assert dns_pool_gauges(config, {"vllm-0": 40 * window}, window) == {"vllm": {"desired_replicas": 3.0}}
     assert dns_pool_gauges(config, {}, window) == {"vllm": {"desired_replicas": 0.0}}
+
+
+async def test_each_pod_of_a_dns_pool_is_scraped_at_its_own_address():
+    with Nameserver() as ns, Sim(dedicated_profile()) as pod:
+        ns.set("vllm.test", "127.0.0.1")
+        pool = POOL.replace("vllm.test:8000", f"vllm.test:{pod.port}").replace(
+            "}", ", engine_signal: {metrics_url: 'http://any/metrics'}}"
+        )
+        config = parse_config(config_text(ns.address, pool), {})
+        store = MemoryStore(config.route_keys())
+        fleet = Fleet(config, store.members, store.snapshot)
+        signals = Signals(config, store, metrics_url=fleet.metrics_url)
+        await fleet.start()
+        try:
+            assert fleet.metrics_url("vllm-0") == f"http://127.0.0.1:{pod.port}/metrics"
+            assert fleet.metrics_url("vllm-1") is None  # no pod on it
+            async with httpx.AsyncClient() as client:
+                await signals.scrape(client, "vllm-0")
+                await signals.scrape(client, "vllm-1")
+            assert signals.engine_sample("vllm-0") is not None  # the pod's own vLLM-style /metrics
+            assert signals.engine_sample("vllm-1") is None
+            signals.forget("vllm-0")  # its slot set moved to another pod: the old reading goes
+            assert signals.engine_sample("vllm-0") is None
+            ns.set("vllm.test")
+            await fleet.refresh()
+            assert fleet.metrics_url("vllm-0") is None
+        finally:
+            await fleet.close()
