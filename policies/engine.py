@@ -12,38 +12,12 @@ not trusted: the per-endpoint `on_stale` says whether that means spill or trust 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from policies.base import Reason, RequestContext
 from policies.hysteresis import Latch, Thresholds
 from policies.pipeline import drop_dedicated
+from policies.settings import EngineSignalSettings
 from policies.types import Snapshot, T
-
-
-class EngineSignalSettings(Protocol):
-    """An endpoint's engine-signal thresholds, as the step reads them (the gateway's
-    `engine_signal:` config is one)."""
-
-    @property
-    def stale_after_s(self) -> float: ...
-
-    @property
-    def on_stale(self) -> str: ...
-
-    @property
-    def waiting_on(self) -> float: ...
-
-    @property
-    def waiting_off(self) -> float: ...
-
-    @property
-    def kv_cache_on(self) -> float: ...
-
-    @property
-    def kv_cache_off(self) -> float: ...
-
-    @property
-    def dwell_s(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)

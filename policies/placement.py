@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Protocol
 
 from policies.base import Placed, RequestContext
 from policies.types import Snapshot, T, Target, is_dedicated
@@ -59,16 +58,6 @@ def rendezvous(key: str, name: str) -> int:
     """The weight of `name` for `key` (highest random weight hashing): stable across processes."""
     digest = hashlib.blake2b(f"{key}\x00{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
-
-
-class PlacementSettings(Protocol):
-    """A model's placement settings (the gateway's `routing.placement` satisfies it)."""
-
-    @property
-    def mode(self) -> Placement: ...
-
-    @property
-    def weights(self) -> Weights: ...
 
 
 class Placer:

@@ -3,15 +3,14 @@
 A factory gets the model's settings and builds that model's pipeline, binding each step's
 parameters then (the canary percent, the queue bound, the serverless order's thresholds), so
 a decision carries only the request. Optional steps are chosen from tables keyed by settings
-(`routing.serverless`), never by if/elif. The settings are protocols: the gateway's model
-config satisfies them, and policies import nothing from the gateway.
+(`routing.serverless`), never by if/elif. The settings are the protocols of policies/settings.py:
+the gateway's config satisfies them, and policies import nothing from the gateway.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Protocol
 
 from policies.base import Policy
 from policies.canary import CanaryGate
@@ -20,55 +19,11 @@ from policies.engine import EngineGate
 from policies.health import CircuitGate
 from policies.parity import ParityGate
 from policies.pipeline import Pipeline, Sorter
-from policies.placement import PlacementSettings, Placer
+from policies.placement import Placer
 from policies.predicted_ttft import Admission, PredictedTtftFirst
 from policies.serverless import FastestServerless, ServerlessOrder
+from policies.settings import ModelSettings, RoutingSettings
 from policies.slo import SloGuard
-
-
-class RoutingSettings(Protocol):
-    @property
-    def serverless(self) -> ServerlessOrder: ...
-
-    @property
-    def min_samples(self) -> int: ...
-
-    @property
-    def explore_percent(self) -> float: ...
-
-    @property
-    def max_queue_ms(self) -> float: ...
-
-    @property
-    def admission(self) -> Admission: ...
-
-    @property
-    def placement(self) -> PlacementSettings: ...
-
-
-class SloBudget(Protocol):
-    @property
-    def admission_budget_ms(self) -> float | None: ...
-
-
-class ParitySettings(Protocol):
-    @property
-    def enforce(self) -> bool: ...
-
-
-class ModelSettings(Protocol):
-    @property
-    def canary_percent(self) -> float: ...
-
-    @property
-    def routing(self) -> RoutingSettings: ...
-
-    @property
-    def slo(self) -> SloBudget: ...
-
-    @property
-    def parity(self) -> ParitySettings: ...
-
 
 PolicyFactory = Callable[[ModelSettings], Policy]
 

@@ -11,28 +11,11 @@ reads them.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from policies.base import Reason, RequestContext
 from policies.hysteresis import Latch, Thresholds
 from policies.pipeline import drop_dedicated
+from policies.settings import SloSettings
 from policies.types import Figures, Snapshot, T, route_key
-
-
-class SloSettings(Protocol):
-    """A model's SLO, as the step reads it (the gateway's `slo:` config is one)."""
-
-    @property
-    def ttft_p95_ms(self) -> float | None: ...
-
-    @property
-    def recover_ratio(self) -> float: ...
-
-    @property
-    def min_samples(self) -> int: ...
-
-    @property
-    def dwell_s(self) -> float: ...
 
 
 def slo_step(latch: Latch, figures: Figures | None, slo: SloSettings, now: float) -> Latch:

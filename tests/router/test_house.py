@@ -100,3 +100,19 @@ def test_no_product_class_is_assembled_from_the_projects_own_classes_as_mixins()
         and sum(name in own for name in names) > 1
     ]
     assert not mixed, f"compose role objects instead: {mixed}"
+
+
+def test_policy_settings_are_declared_once() -> None:
+    """Issue 37: every setting a policy step reads is a protocol in policies/settings.py, and no
+    other policy module declares a `...Settings` protocol of its own beside it."""
+    settings = ROOT / "policies" / "settings.py"
+    declared = [
+        f"{path.relative_to(ROOT)}: {node.name}"
+        for path, node in _classes()
+        if path.parts[len(ROOT.parts)] == "policies"
+        and "Protocol" in [_base_name(b) for b in node.bases]
+        and (node.name.endswith("Settings") or node.name.endswith("Budget"))
+    ]
+    elsewhere = [d for d in declared if not d.startswith("policies/settings.py")]
+    assert len(declared) - len(elsewhere) >= 6, declared  # the walk finds the ones declared there
+    assert not elsewhere, f"declare policy settings in {settings.relative_to(ROOT)}: {elsewhere}"
