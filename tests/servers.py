@@ -159,39 +159,47 @@ def _redis_major() -> int:
 
 
 class RedisServer:
-    """A real `redis-server` on a free loopback port, no persistence; ended by its PID."""
+    """A real `redis-server` on a free loopback port, no persistence; ended by its PID.
 
-    def __init__(self, *extra: str, password: str | None = None) -> None:
-        """`extra`: more redis-server arguments; `password`: its `requirepass`."""
-        self.port = next(free_port_iter())
+    A free port can be taken by another test worker between choosing it and binding it, so a
+    server that exits at start is started again on fresh ports (three tries)."""
+
+    def __init__(self, *extra: str, password: str | None = None, cluster_bus: bool = False) -> None:
+        """`extra`: more redis-server arguments; `password`: its `requirepass`; `cluster_bus`: a
+        cluster node, with its bus on a free port of its own (not port + 10000)."""
         self.password = password
-        secret = f":{password}@" if password else ""
-        self.url = f"redis://{secret}127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
         self._extra = (*extra, *(("--requirepass", password) if password else ()))
+        self._cluster_bus = cluster_bus
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        ports = free_port_iter()
+        self.port = next(ports)
+        self.bus_port = next(p for p in ports if p != self.port)
+        secret = f":{self.password}@" if self.password else ""
+        self.url = f"redis://{secret}127.0.0.1:{self.port}/0"
+
+    def _command(self) -> list[str]:
+        bus = ["--cluster-port", str(self.bus_port)] if self._cluster_bus and _redis_major() >= 7 else []
+        debug = ["--enable-debug-command", "local"] if _redis_major() >= 7 else []
+        return [
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--protected-mode", "no", *debug, *bus, *self._extra,
+        ]  # fmt: skip
 
     def start(self) -> RedisServer:
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "no",
-                *(["--enable-debug-command", "local"] if _redis_major() >= 7 else []),
-                *self._extra,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_until(self._answers, timeout=15)
-        return self
+        for attempt in range(3):
+            if attempt:
+                self._pick_ports()
+            self.proc = subprocess.Popen(self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_until(self._answers_or_exited, timeout=15)
+            if self.proc.poll() is None:
+                return self
+        raise AssertionError(f"redis-server exited at start three times, last on port {self.port}")
+
+    def _answers_or_exited(self) -> bool:
+        return self.proc is not None and (self.proc.poll() is not None or self._answers())
 
     def _answers(self) -> bool:
         try:
@@ -217,10 +225,11 @@ class RedisClusterServers:
         for i in range(3):
             node_file = os.path.join(workdir, f"nodes-{i}.conf")
             extra = ["--cluster-enabled", "yes", "--cluster-config-file", node_file, "--dir", workdir]
-            if _redis_major() >= 7:  # the bus port is port + 10000 unless told
-                extra += ["--cluster-port", str(next(free_port_iter()))]
-            self.nodes.append(RedisServer(*extra))
-        self.url = f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+            self.nodes.append(RedisServer(*extra, cluster_bus=True))
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
 
     def start(self) -> RedisClusterServers:
         try:
