@@ -150,7 +150,8 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
             raise InvalidRequest("'percent' must be a number from 0 to 100", param="percent")
         await admin.store.canary.set_canary(model, float(percent))
         await admin.canary.manual_set(model, float(percent))
-        return await admin.describe(model)
+        # the store holds it now; the snapshot the view reads catches up at its next refresh
+        return await admin.describe(model) | {"canary_percent": float(percent)}
 
     @router.delete("/models/{model}/canary")
     async def reset_canary(model: str) -> dict[str, Any]:
@@ -161,7 +162,7 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
         await admin.canary.manual_set(
             model, config.canary_percent, note=f"reset to the file's {config.canary_percent:g}%"
         )
-        return await admin.describe(model)
+        return await admin.describe(model) | {"canary_percent": config.canary_percent}
 
     @router.put("/models/{model}/probe")
     async def put_probe(model: str, request: Request) -> dict[str, Any]:
