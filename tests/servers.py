@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -152,7 +153,9 @@ def free_port_iter() -> Iterator[int]:
         yield port
 
 
+@functools.cache
 def _redis_major() -> int:
+    """The installed redis-server's major version (asked once per process)."""
     version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=True).stdout
     found = re.search(r"v=(\d+)", version)
     return int(found.group(1)) if found else 0

@@ -19,7 +19,14 @@ from router.economics.report import economics_report
 from router.economics.routes_report import parse_window, routes_report
 from router.errors import ClientError, InvalidRequest, ModelNotFound, Unauthorized
 from router.fleet.membership import Fleet
-from router.http.admin_views import model_view, parity_to_store, parity_view, probe_view, ranking_to_store
+from router.http.admin_views import (
+    canary_fields,
+    model_view,
+    parity_to_store,
+    parity_view,
+    probe_view,
+    ranking_to_store,
+)
 from router.http.auth import ApiKeys, KeyDigests, bearer_token
 from router.http.bodies import read_body
 from router.http.keys_admin import keys_routes
@@ -144,14 +151,14 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
 
     @router.put("/models/{model}/canary")
     async def put_canary(model: str, request: Request) -> dict[str, Any]:
-        admin.model(model)
+        config = admin.model(model)
         percent = (await admin.body(request)).get("percent")
         if isinstance(percent, bool) or not isinstance(percent, int | float) or not 0 <= percent <= 100:
             raise InvalidRequest("'percent' must be a number from 0 to 100", param="percent")
         await admin.store.canary.set_canary(model, float(percent))
         await admin.canary.manual_set(model, float(percent))
         # the store holds it now; the snapshot the view reads catches up at its next refresh
-        return await admin.describe(model) | {"canary_percent": float(percent)}
+        return await admin.describe(model) | canary_fields(config, float(percent))
 
     @router.delete("/models/{model}/canary")
     async def reset_canary(model: str) -> dict[str, Any]:
@@ -162,7 +169,7 @@ def _model_routes(router: APIRouter, admin: Admin) -> None:
         await admin.canary.manual_set(
             model, config.canary_percent, note=f"reset to the file's {config.canary_percent:g}%"
         )
-        return await admin.describe(model) | {"canary_percent": config.canary_percent}
+        return await admin.describe(model) | canary_fields(config, None)
 
     @router.put("/models/{model}/probe")
     async def put_probe(model: str, request: Request) -> dict[str, Any]:

@@ -22,6 +22,17 @@ _SECRETS: Any = {
 }
 
 
+def canary_fields(cfg: ModelConfig, live: float | None) -> dict[str, Any]:
+    """A model's canary percent as the admin API shows it; `live`: the store's (None: the file's)."""
+    return {
+        "canary_percent": cfg.canary_percent if live is None else live,
+        "configured_canary_percent": cfg.canary_percent,
+        # live: set by `canary set` or a canary run, kept in the store across restarts, and
+        # obeyed over the file's until `canary reset` (DELETE /admin/models/{m}/canary)
+        "canary_percent_source": "file" if live is None else "live",
+    }
+
+
 def model_view(
     model: str,
     cfg: ModelConfig,
@@ -36,11 +47,7 @@ def model_view(
     urls = live if live is not None else {e.name: e.base_url for e in cfg.endpoints}
     return {
         "model": model,
-        "canary_percent": snapshot.canary_percent.get(model, cfg.canary_percent),
-        "configured_canary_percent": cfg.canary_percent,
-        # live: set by `canary set` or a canary run, kept in the store across restarts, and
-        # obeyed over the file's until `canary reset` (DELETE /admin/models/{m}/canary)
-        "canary_percent_source": "live" if model in snapshot.canary_percent else "file",
+        **canary_fields(cfg, snapshot.canary_percent.get(model)),
         "config": cfg.model_dump(mode="json", exclude=_SECRETS),
         "dedicated": [
             _pool_view(model, d.name, d.max_concurrency, snapshot) | {"base_url": urls.get(d.name)}
