@@ -44,9 +44,6 @@ from router.signals.loop import Signals
 from router.spill.keep_warm import KeepWarm
 from router.spill.shadow import Shadow
 from router.state.memory.store import MemoryStore
-from router.state.redis.address import BadRedisUrl
-from router.state.redis.clients import keyed, target_of
-from router.state.redis.store import RedisStore
 from router.state.roles import StateStore, StoreUnreachableAtStart
 from router.state.tasks import EarlyBound
 
@@ -75,6 +72,9 @@ def check_state(config: GatewayConfig) -> None:
         if state.redis_password_file:
             raise ConfigError(["state.redis_password_file: set, but no state.redis_url uses it"])
         return
+    from router.state.redis.address import BadRedisUrl  # noqa: PLC0415 (see _redis_store)
+    from router.state.redis.clients import keyed, target_of  # noqa: PLC0415
+
     try:  # builds the client as start-up would, without connecting
         target_of(
             state.redis_url,
@@ -100,6 +100,16 @@ def store_for(config: GatewayConfig, loops: Loops | None = None) -> StateStore:
             max_tasks=config.tasks.max_tracked,
             loops=loops,
         )
+    return _redis_store(config, loops)
+
+
+def _redis_store(config: GatewayConfig, loops: Loops) -> StateStore:
+    """The Redis store, imported here: redis-py costs a process ~0.4 s of CPU to import, and a
+    gateway on the memory store (the demo, one replica) never needs it."""
+    from router.state.redis.store import RedisStore  # noqa: PLC0415
+
+    state = config.state
+    routes = config.route_keys()
     pools = [d.name for model in config.models.values() for d in model.dedicated]
     return RedisStore(
         state.redis_url,

@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -22,14 +21,7 @@ from router.config import GatewayConfig, LimitsConfig
 from router.http.connection import Callers, guarded_protocol
 from router.openai import PATHS
 
-LOG_FORMAT = "%(message)s"
 LARGE_BODY_PATHS = frozenset("/v1" + path for path in PATHS)  # limits.max_body_bytes; others: control
-
-
-def configure_logging(level: str = "info") -> None:
-    """Plain lines on stderr: the access log is already one JSON object per line."""
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -19,8 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
 from policies.types import route_key
 from router.config import WEEKDAYS, DedicatedEndpoint, GatewayConfig, ModelConfig, ServerlessEndpoint
 from router.economics.cost import (
@@ -255,6 +253,9 @@ def recommend(
 
 
 class CountWindows(Protocol):
+    """A store's count windows; a store that cannot be read raises StoreUnavailable (both
+    stores' contract: tests/contracts)."""
+
     async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]: ...
 
 
@@ -346,7 +347,7 @@ class EconomicsGauges:
 
     def start(self) -> None:
         if self._task is None and self._config.state.record:
-            survives = (StoreUnavailable, RedisError)  # Redis away: the gauges keep their last values
+            survives = (StoreUnavailable,)  # the store away: the gauges keep their last values
             self._task = asyncio.get_running_loop().create_task(
                 self._loops.every(
                     "economics gauges", GAUGES_REFRESH_S, self.refresh, self._stop, survives=survives

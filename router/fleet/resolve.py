@@ -9,12 +9,15 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Sequence
-
-import dns.asyncresolver
-import dns.exception
-import dns.resolver
+from typing import TYPE_CHECKING
 
 from router.config.sections import nameserver_address
+
+if TYPE_CHECKING:
+    import dns.asyncresolver
+
+# dnspython is imported by a resolver that names its nameservers, and only then: it costs a
+# process ~0.15 s of CPU at start, and most gateways list their replicas or ask the system.
 
 
 class ResolveFailed(Exception):
@@ -26,6 +29,8 @@ class Resolver:
         self._timeout_s = timeout_s
         self._dns: dns.asyncresolver.Resolver | None = None
         if nameservers:
+            import dns.asyncresolver  # noqa: PLC0415
+
             resolver = dns.asyncresolver.Resolver(configure=False)
             pairs = [nameserver_address(server) for server in nameservers]
             resolver.nameservers = [host for host, _ in pairs]
@@ -41,6 +46,9 @@ class Resolver:
             pass
         if self._dns is None:
             return await self._system(host)
+        import dns.exception  # noqa: PLC0415 (imported with the resolver, above)
+        import dns.resolver  # noqa: PLC0415
+
         found: set[str] = set()
         for kind in ("A", "AAAA"):
             try:
