@@ -3,13 +3,13 @@ trace replayed through `tidegate serve` onto `--replicas` simulated replicas wit
 and one serverless simulator for spill, once per placement mode, side by side in one run.
 
     python -m bench.placement [--start 20] [--minutes 8] [--speed 4] [--replicas 4]
-                              [--slots 16] [--modes listed round_robin least_loaded scored]
-                              [--out DIR]
+                              [--slots 16] [--engine llama-8b-h100]
+                              [--modes listed round_robin least_loaded scored] [--out DIR]
 
 Per mode, fresh processes (every replica's prefix cache starts cold): `tidegate sim` replicas
-with the `llama-70b-fp8-2xh100` calibration (the shared-step engine of router/engine, prefill
-14k tokens/s) and a prefix cache of 200k tokens in 16-token blocks, all at `--time-scale K`; a
-serverless `llama-70b-together` simulator; the gateway with the pool as one `replica_urls`
+with the `--engine` calibration (the shared-step engine of router/engine; `llama-8b-h100`:
+prefill 25k tokens/s, a 415k-token KV cache) and a prefix cache of 90% of its KV cache in
+16-token blocks, all at `--time-scale K`; a serverless simulator of the same model family; the gateway with the pool as one `replica_urls`
 entry, time-lapsed by K; `tidegate replay` of the slice at `--speed K` (the trace's `hash_ids`
 become shared prompt text, so the prefix structure reaches the gateway and the simulators).
 Printed per mode: TTFT p50 and p95 (trace time), the prefill tokens the replicas computed, the
@@ -17,7 +17,9 @@ share of prompt tokens their caches served, the spill share, and the answers tha
 
 The placer and the simulator share no code: the placer hashes 512-byte blocks of the request
 JSON it forwards and remembers what it sent where; the simulator hashes 16-token blocks of the
-prompt it receives and evicts in LRU order. The weights are the defaults (`scored`), untuned.
+prompt it receives and evicts in LRU order. The placer's index remembers as many blocks as the
+replica's cache holds (`index_blocks` = cache tokens x 4 bytes / 512), as docs/routing.md tells
+an operator to size it. The weights are the defaults (`scored`), untuned.
 """
 
 from __future__ import annotations
@@ -36,25 +38,33 @@ import httpx
 import orjson
 
 from tests.servers import CliProcess  # the suite's own `tidegate ...` process helper
+from tidegate.offline.calibration import DEDICATED as ENGINES
 from tidegate.offline.timelapse import scale_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "mooncake_conversation_trace.jsonl"
 MODES = ("listed", "round_robin", "least_loaded", "scored")
-DEDICATED, SERVERLESS = "llama-70b-fp8-2xh100", "llama-70b-together"
-CACHE_TOKENS = 200_000  # per replica: most of its 215k-token KV cache
+SPILL_TO = {"llama-8b-h100": "llama-8b-together", "llama-70b-fp8-2xh100": "llama-70b-together"}
+CACHE_SHARE = 0.9  # of a replica's KV cache, held as prefix cache
+BYTES_PER_TOKEN, INDEX_BLOCK_BYTES = 4, 512  # the simulator's token; the placer's default block
+
+
+def cache_tokens(engine: str) -> int:
+    return int(ENGINES[engine].kv_capacity_tokens * CACHE_SHARE)
 SLO_TTFT_MS = 2000.0
 
 
-def gateway_config(mode: str, replicas: list[str], serverless: str, slots: int) -> str:
+def gateway_config(mode: str, replicas: list[str], serverless: str, slots: int, engine: str) -> str:
     urls = ", ".join(f"'{url}'" for url in replicas)
+    index_blocks = cache_tokens(engine) * BYTES_PER_TOKEN // INDEX_BLOCK_BYTES
+    gpus, usd = ENGINES[engine].gpus, ENGINES[engine].gpu_hour_usd
     return (
         "auth: {allow_anonymous: true}\n"
         "state: {window_s: 60}\n"
         "models:\n  m:\n"
-        f"    routing: {{placement: {{mode: {mode}}}}}\n"
+        f"    routing: {{placement: {{mode: {mode}, index_blocks: {index_blocks}}}}}\n"
         "    dedicated:\n"
-        f"      - {{name: vllm, model: m, replica_urls: [{urls}], max_concurrency: {slots}, gpu_hour_usd: 4.41, gpus: 2}}\n"
+        f"      - {{name: vllm, model: m, replica_urls: [{urls}], max_concurrency: {slots}, gpu_hour_usd: {usd}, gpus: {gpus}}}\n"
         "    serverless:\n"
         f"      - {{name: spill, model: m, base_url: '{serverless}', usd_per_mtok_in: 0.88, usd_per_mtok_out: 0.88}}\n"
     )
@@ -68,17 +78,19 @@ def system(mode: str, args: argparse.Namespace, workdir: Path) -> Iterator[tuple
         replicas = [
             stack.enter_context(
                 CliProcess(
-                    "sim", "--profile", "dedicated", "--calibration", DEDICATED, "--seed", str(7 + i),
-                    "--max-concurrency", str(args.slots), "--prefix-cache-tokens", str(CACHE_TOKENS), *common,
+                    "sim", "--profile", "dedicated", "--calibration", args.engine, "--seed", str(7 + i),
+                    "--max-concurrency", str(args.slots), "--prefix-cache-tokens", str(cache_tokens(args.engine)),
+                    *common,
                 )
             )
             for i in range(args.replicas)
         ]
         serverless = stack.enter_context(
-            CliProcess("sim", "--profile", "serverless", "--calibration", SERVERLESS, "--seed", "99", *common)
+            CliProcess("sim", "--profile", "serverless", "--calibration", SPILL_TO[args.engine], "--seed", "99", *common)
         )
         config = workdir / "gateway.yaml"
-        config.write_text(gateway_config(mode, [r.url for r in replicas], serverless.url, args.slots))
+        urls = [r.url for r in replicas]
+        config.write_text(gateway_config(mode, urls, serverless.url, args.slots, args.engine))
         scaled = workdir / f"gateway.x{args.speed:g}.yaml"
         scaled.write_text(scale_config(config.read_text(), args.speed, os.environ))
         gateway = stack.enter_context(
@@ -133,6 +145,7 @@ def main() -> None:
     parser.add_argument("--speed", type=float, default=4.0)
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--slots", type=int, default=16, help="max_concurrency per replica")
+    parser.add_argument("--engine", choices=sorted(SPILL_TO), default="llama-8b-h100", help="the replicas' calibration")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()

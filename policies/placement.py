@@ -4,10 +4,14 @@ A model's dedicated endpoints are replicas of one engine: each with its own queu
 prefix cache. The placer orders them, best first; serverless candidates keep their place after
 them, and the picker still skips a full replica (so `saturated` means the whole pool was full).
 
-`scored` (the default) ranks a replica by its load (leases held, requests waiting in line and
-in its engine's own queue, per slot) less the share of the request's prompt prefix it probably
-holds in cache (`prefix_weight`) and a bonus for being the request's session home
-(`session_weight`). The prefix shares come from the gateway's index of what it sent where
+`scored` (the default) ranks a replica by when the request would start there and what it would
+cost: the prompt tokens waiting for prefill on it (every gateway replica's, from the store, or
+its engine's own queue when that says more), counted in lengths of this request's prompt, so a
+replica behind one long prefill is as busy as one behind many short ones; plus its load
+(leases held, requests in line and in its engine's queue, per slot: `load_weight`); less the
+share of the prompt's prefix it probably holds in cache (`prefix_weight`: at 1, a cached token
+counts exactly as a token it need not compute, in the same units as the tokens ahead) and a
+bonus for being the request's session home (`session_weight`). The prefix shares come from the gateway's index of what it sent where
 (router/request/placement.py); the session home and the tie-break are rendezvous hashes, so
 every gateway replica agrees without sharing state, and a replica joining or leaving moves only
 its own share of the sessions. `least_loaded`, `round_robin` and `listed` (the first replica
@@ -24,6 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from policies.base import Placed, RequestContext
+from policies.predicted_ttft import tokens_ahead
 from policies.types import Snapshot, T, Target, is_dedicated
 
 NO_PLACEMENT: Mapping[str, Placed] = MappingProxyType({})
@@ -38,11 +43,12 @@ class Placement(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Weights:
-    """A replica's score is `load` x its busy share per slot, less `prefix` x the share of the
-    prompt's prefix it holds, less `session` when it is the session's home: lowest first."""
+    """A replica's score is the prompt tokens ahead of the request there, in prompts of its
+    length, plus `load` x its busy share per slot, less `prefix` x the share of the prompt's
+    prefix it holds, less `session` when it is the session's home: lowest first."""
 
     load: float = 1.0
-    prefix: float = 0.5
+    prefix: float = 1.0
     session: float = 0.3
 
 
@@ -52,6 +58,12 @@ def load_per_slot(snapshot: Snapshot, replica: Target) -> float:
     engine = snapshot.engine_queue.get(replica.name)
     busy = snapshot.in_flight.get(replica.name, 0) + snapshot.waiting.get(replica.name, 0)
     return (busy + (engine.waiting if engine is not None else 0.0)) / slots
+
+
+def prompts_ahead(snapshot: Snapshot, replica: Target, prompt_tokens: int) -> float:
+    """The prompt tokens waiting for prefill on `replica`, in prompts of `prompt_tokens`: how
+    many of this request's own prefill it would wait behind there."""
+    return tokens_ahead(snapshot, replica.name, prompt_tokens) / max(1, prompt_tokens)
 
 
 def rendezvous(key: str, name: str) -> int:
@@ -96,7 +108,8 @@ class Placer:
         weights, hits = self._weights, context.prefix_hits
         home = _session_home(context.session, dedicated) if weights.session > 0 else None
         scores = {
-            d.name: weights.load * load_per_slot(snapshot, d)
+            d.name: prompts_ahead(snapshot, d, context.prompt_tokens)
+            + weights.load * load_per_slot(snapshot, d)
             - weights.prefix * hits.get(d.name, 0.0)
             - (weights.session if d.name == home else 0.0)
             for d in dedicated

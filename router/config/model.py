@@ -60,23 +60,33 @@ class BatchConfig(Frozen):
 
 class PlacementConfig(Frozen):
     """How a request picks among a model's dedicated replicas (docs/routing.md, "Placement"):
-    `scored` ranks each by its load per slot less `prefix_weight` x the share of the prompt's
-    prefix it probably holds less `session_weight` when it is the session's home; `least_loaded`,
+    `scored` ranks each by the prompt tokens waiting for prefill on it (in lengths of this
+    request's prompt) plus `load_weight` x its load per slot, less `prefix_weight` x the share of
+    the prompt's prefix it probably holds, less `session_weight` when it is the session's home;
+    `least_loaded`,
     `round_robin` and `listed` (the first with room, in listed order) are the plain orders."""
 
     mode: Placement = Placement.SCORED  # scored, least_loaded, round_robin or listed
     load_weight: Annotated[float, Field(ge=0, le=100)] = 1.0  # per unit of busy share per slot
-    prefix_weight: Annotated[float, Field(ge=0, le=100)] = 0.5  # for holding the whole prefix
+    # for holding the whole prefix (1: a cached token counts as one fewer token to compute)
+    prefix_weight: Annotated[float, Field(ge=0, le=100)] = 1.0
     session_weight: Annotated[float, Field(ge=0, le=100)] = 0.3  # for being the session's home
     # the prompt's prefix is hashed in blocks of this many bytes of its JSON (~128 tokens)
     prefix_block_bytes: Annotated[int, Field(ge=64, le=65536)] = 512
     max_prefix_blocks: Annotated[int, Field(ge=1, le=4096)] = 128  # a longer prompt: its first blocks
-    # blocks remembered per replica by each gateway process (LRU); 0: no prefix index
-    index_blocks: Annotated[int, Field(ge=0, le=10_000_000)] = 65536
+    # blocks remembered per replica by each gateway process (LRU; size it to the replica's KV
+    # cache: its tokens / 128 at the default block); 0: no prefix index
+    index_blocks: Annotated[int, Field(ge=0, le=10_000_000)] = 4096
 
     @property
     def weights(self) -> Weights:
         return Weights(self.load_weight, self.prefix_weight, self.session_weight)
+
+    @property
+    def counts_pending(self) -> bool:
+        """Whether each replica's prompt tokens waiting for prefill are counted (`scored` reads
+        them; slots admission alone does not count them)."""
+        return self.mode is Placement.SCORED
 
     @property
     def uses_prefix(self) -> bool:

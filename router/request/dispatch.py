@@ -20,7 +20,6 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from policies.base import Policy, Reason, RequestContext
-from policies.predicted_ttft import Admission
 from policies.types import route_key
 from router.config import DedicatedEndpoint, GatewayConfig, ServerlessEndpoint
 from router.errors import (
@@ -47,7 +46,7 @@ from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
 from router.request.mirror import mirrored
-from router.request.placement import PlacementInputs, session_of
+from router.request.placement import PlacementInputs, counts_pending, session_of
 from router.request.priority import batch_targets, batch_wait_s
 from router.request.quota import Grant, Quota, worst_case
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
@@ -169,7 +168,7 @@ class Dispatcher:
         asks = asks_of(headers)
         session = asks.session
         key = _stickiness(request, session)
-        predicted = config.routing.admission is Admission.PREDICTED_TTFT
+        counted = counts_pending(config)
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
         batch_wait = batch_wait_s(config, client.key, asks, remaining_s)
         exempt = batch_wait is not None and config.routing.batch.canary == "dedicated"
@@ -197,7 +196,7 @@ class Dispatcher:
             request_id=request_id,
             task_id=task_id or request_id,
             admit_within=decision.admit_within,
-            prompt_tokens=request.prompt_tokens if predicted else 0,
+            prompt_tokens=request.prompt_tokens if counted else 0,
             mirrored=mirrored(config, request, request_id, asks.no_shadow),
             batch_wait_s=batch_wait,
             prefix_blocks=blocks,

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 
 from policies.base import NO_HITS
+from policies.predicted_ttft import Admission
 from policies.types import route_key
 from router.config import ModelConfig
 from router.openai import UpstreamBody
@@ -123,3 +124,11 @@ class PlacementInputs:
 def session_of(session: str | None, task_id: str | None) -> str | None:
     """Placement's session: the `x-tidegate-session` header, else the client's task id."""
     return session if session is not None else task_id
+
+
+def counts_pending(config: ModelConfig) -> bool:
+    """Whether a request's prompt tokens count as pending prefill on its pool until its first
+    token: for predicted-TTFT admission, and for placement among replicas when it reads them."""
+    return config.routing.admission is Admission.PREDICTED_TTFT or (
+        config.routing.placement.counts_pending and len(config.dedicated) > 1
+    )

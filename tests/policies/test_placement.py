@@ -55,14 +55,35 @@ def test_the_engines_own_queue_and_the_line_count_as_load():
 
 def test_a_prefix_wins_its_replica_unless_that_replica_is_much_busier():
     hits = {"vllm-2": 1.0}
-    a_little_busier = Snapshot(now=0, in_flight={"vllm-2": 3})  # 0.3 per slot, less than the 0.5 bonus
-    decision = policy().decide(ctx(prefix_hits=hits), a_little_busier, CANDIDATES)
+    # a cached prompt saves its whole prefill: 0.3 per slot and half a prompt ahead cost less
+    a_little_busier = Snapshot(now=0, in_flight={"vllm-2": 3}, pending_prompt_tokens={"vllm-2": 500})
+    decision = policy().decide(ctx(prefix_hits=hits, prompt_tokens=1000), a_little_busier, CANDIDATES)
     assert names(decision.targets)[0] == "vllm-2"
     assert decision.placement is Placed.PREFIX_AFFINITY
-    much_busier = Snapshot(now=0, in_flight={"vllm-2": 8})  # 0.8 per slot: the prefix is not worth it
-    decision = policy().decide(ctx(prefix_hits=hits), much_busier, CANDIDATES)
+    # two prompts' worth of prefill ahead of it: starting elsewhere is sooner, cache or not
+    much_busier = Snapshot(now=0, in_flight={"vllm-2": 3}, pending_prompt_tokens={"vllm-2": 2000})
+    decision = policy().decide(ctx(prefix_hits=hits, prompt_tokens=1000), much_busier, CANDIDATES)
     assert names(decision.targets)[0] != "vllm-2"
     assert decision.placement is Placed.LEAST_LOADED
+    many_slots_busy = Snapshot(now=0, in_flight={"vllm-2": 8}, pending_prompt_tokens={"vllm-2": 3000})
+    decision = policy().decide(ctx(prefix_hits=hits, prompt_tokens=1000), many_slots_busy, CANDIDATES)
+    assert names(decision.targets)[0] != "vllm-2"
+
+
+def test_the_prefill_waiting_on_a_replica_counts_in_tokens_not_requests():
+    snapshot = Snapshot(
+        now=0,
+        in_flight={f"vllm-{i}": 2 for i in range(4)},
+        pending_prompt_tokens={"vllm-0": 6000, "vllm-1": 500, "vllm-2": 2000, "vllm-3": 1000},
+    )
+    decision = policy().decide(ctx(prompt_tokens=1000), snapshot, CANDIDATES)
+    assert names(decision.targets)[:4] == ["vllm-1", "vllm-3", "vllm-2", "vllm-0"]
+    # least_loaded counts requests only: the queues of tokens do not move it
+    counted = policy(Placement.LEAST_LOADED).decide(ctx(prompt_tokens=1000), snapshot, CANDIDATES)
+    uncounted = Snapshot(now=0, in_flight=dict(snapshot.in_flight))
+    assert counted.targets == policy(Placement.LEAST_LOADED).decide(ctx(prompt_tokens=1000), uncounted, CANDIDATES).targets
+
+
     # a longer shared prefix beats a shorter one on equal load
     decision = policy().decide(ctx(prefix_hits={"vllm-0": 0.25, "vllm-3": 0.75}), Snapshot(now=0), CANDIDATES)
     assert names(decision.targets)[:2] == ["vllm-3", "vllm-0"]

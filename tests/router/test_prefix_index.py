@@ -6,11 +6,11 @@ from __future__ import annotations
 import orjson
 
 from policies.base import Placed, Reason
-from router.config import DedicatedEndpoint, ServerlessEndpoint
+from router.config import DedicatedEndpoint, ModelConfig, PlacementConfig, RoutingConfig, ServerlessEndpoint
 from router.openai import peek
 from router.record.records import Attempt
 from router.request.asks import asks_of
-from router.request.placement import PrefixIndex, prompt_blocks, session_of
+from router.request.placement import PrefixIndex, counts_pending, prompt_blocks, session_of
 from router.request.walk import Walk, tidegate_headers
 
 SYSTEM = "You are a careful assistant for the tide tables of the northern coast. " * 40  # ~2.9 KB
@@ -98,3 +98,18 @@ def test_a_failover_stays_a_failover():
     walk.saturated()
     walk.begin(SL, 0)
     assert walk.reason is Reason.FAILOVER
+
+
+def test_a_pool_placed_by_score_counts_each_replicas_pending_prefill_and_one_replica_does_not():
+    def model(replicas: int, mode: str = "scored", admission: str = "slots") -> ModelConfig:
+        dedicated = tuple(
+            DedicatedEndpoint(gpu_hour_usd=0, name=f"v-{i}", base_url=f"http://v{i}/v1", model="x", max_concurrency=4)
+            for i in range(replicas)
+        )
+        routing = RoutingConfig(placement=PlacementConfig(mode=mode), admission=admission)
+        return ModelConfig(routing=routing, dedicated=dedicated)
+
+    assert counts_pending(model(2))  # scored reads the prefill waiting per replica
+    assert not counts_pending(model(1))  # nothing to place: no count, no extra store work
+    assert not counts_pending(model(3, mode="round_robin"))
+    assert counts_pending(model(1, admission="predicted_ttft"))  # admission reads it anyway
