@@ -11,11 +11,12 @@ replica behind one long prefill is as busy as one behind many short ones; plus i
 (leases held, requests in line and in its engine's queue, per slot: `load_weight`); less the
 share of the prompt's prefix it probably holds in cache (`prefix_weight`: at 1, a cached token
 counts exactly as a token it need not compute, in the same units as the tokens ahead) and a
-bonus for being the request's session home (`session_weight`). The prefix shares come from the gateway's index of what it sent where
-(router/request/placement.py); the session home and the tie-break are rendezvous hashes, so
-every gateway replica agrees without sharing state, and a replica joining or leaving moves only
-its own share of the sessions. `least_loaded`, `round_robin` and `listed` (the first replica
-with room, in listed order) are there to compare against and for operators who want them.
+bonus for being the request's session home (`session_weight`). The prefix shares come from the
+gateway's index of what it sent where (router/request/placement.py); the session home and the
+tie-break are rendezvous hashes, so every gateway replica agrees without sharing state, and a
+replica joining or leaving moves only its own share of the sessions. `least_loaded`,
+`round_robin` and `listed` (the first replica with room, in listed order) are there to compare
+against and for operators who want them.
 """
 
 from __future__ import annotations
