@@ -63,8 +63,8 @@ class PlacementConfig(Frozen):
     `scored` ranks each by the prompt tokens waiting for prefill on it (in lengths of this
     request's prompt) plus `load_weight` x its load per slot, less `prefix_weight` x the share of
     the prompt's prefix it probably holds, less `session_weight` when it is the session's home;
-    `least_loaded`,
-    `round_robin` and `listed` (the first with room, in listed order) are the plain orders."""
+    `least_loaded`, `round_robin` and `listed` (the first with room, in listed order) are the
+    plain orders."""
 
     mode: Placement = Placement.SCORED  # scored, least_loaded, round_robin or listed
     load_weight: Annotated[float, Field(ge=0, le=100)] = 1.0  # per unit of busy share per slot
