@@ -253,8 +253,8 @@ def recommend(
 
 
 class CountWindows(Protocol):
-    """A store's count windows; a store that cannot be read raises StoreUnavailable (both
-    stores' contract: tests/contracts)."""
+    """A store's count windows; a store that cannot be read raises StoreUnavailable and no
+    other error (tests/integration/test_store_away.py), which is all the gauges' loop survives."""
 
     async def counts_window(self, routes: Sequence[str], window_s: float) -> dict[str, Counts]: ...
 
