@@ -68,6 +68,9 @@ class RequestContext:
     session: str | None = None  # x-tidegate-session, else the task id: placement's session affinity
     # dedicated replica -> the share of the prompt's prefix blocks it probably holds in cache
     prefix_hits: Mapping[str, float] = field(default_factory=lambda: NO_HITS)  # shared, read-only
+    # placement's tie-break without a session: the request's `user`, else its prompt's first block
+    # (a new shared system prompt then lands on one replica from every gateway replica)
+    placement_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

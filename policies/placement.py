@@ -61,6 +61,11 @@ def load_per_slot(snapshot: Snapshot, replica: Target) -> float:
     return (busy + (engine.waiting if engine is not None else 0.0)) / slots
 
 
+def is_full(snapshot: Snapshot, replica: Target) -> bool:
+    """Every slot of `replica` is held (as of the snapshot)."""
+    return snapshot.in_flight.get(replica.name, 0) >= (replica.max_concurrency or 1)
+
+
 def prompts_ahead(snapshot: Snapshot, replica: Target, prompt_tokens: int) -> float:
     """The prompt tokens waiting for prefill on `replica`, in prompts of `prompt_tokens`: how
     many of this request's own prefill it would wait behind there."""
@@ -97,7 +102,7 @@ class Placer:
             turn = next(self._turn) % len(dedicated)
             ranked = [*dedicated[turn:], *dedicated[:turn]]
             return (*ranked, *others), dict.fromkeys((d.name for d in dedicated), Placed.ROUND_ROBIN)
-        tie = context.session or context.stickiness_key or ""
+        tie = context.session or context.placement_key or context.stickiness_key or ""
         if self._placement is Placement.LEAST_LOADED:
             ranked = sorted(dedicated, key=lambda d: (load_per_slot(snapshot, d), -rendezvous(tie, d.name)))
             return (*ranked, *others), dict.fromkeys((d.name for d in dedicated), Placed.LEAST_LOADED)
@@ -115,7 +120,12 @@ class Placer:
             - (weights.session if d.name == home else 0.0)
             for d in dedicated
         }
-        ranked = sorted(dedicated, key=lambda d: (scores[d.name], -rendezvous(tie, d.name)))
+        # a replica with no free slot goes after every one with a slot, whatever its score: the
+        # first target is where a request waits in line, and a full replica with nothing left to
+        # prefill can score below one with a free slot and a prompt in prefill
+        ranked = sorted(
+            dedicated, key=lambda d: (is_full(snapshot, d), scores[d.name], -rendezvous(tie, d.name))
+        )
         return (*ranked, *others), {d.name: _why(d.name, hits, home, weights) for d in dedicated}
 
 

@@ -46,7 +46,7 @@ from router.request.budget import hedge_budget, retry_budget
 from router.request.hedge import race
 from router.request.job import NO_CLIENT, Client, Facts, Job, ms_since
 from router.request.mirror import mirrored
-from router.request.placement import PlacementInputs, counts_pending, session_of
+from router.request.placement import PlacementInputs, counts_pending, session_of, tie_key
 from router.request.priority import batch_targets, batch_wait_s
 from router.request.quota import Grant, Quota, worst_case
 from router.request.reply import REQUEST_ID_HEADER, Reply, new_request_id
@@ -179,6 +179,7 @@ class Dispatcher:
         if len(config.dedicated) > 1:  # replicas to choose among (policies/placement.py)
             blocks, hits = self._placement.read(config, request.model, request.body)
             context = replace(context, session=session_of(session, task_id), prefix_hits=hits)
+            context = replace(context, placement_key=tie_key(request.user, blocks))
         snapshot = self._signals.snapshot()
         decision = self._policies[request.model].decide(context, snapshot, endpoints)
         targets = decision.targets if batch_wait is None else batch_targets(config, decision.targets)

@@ -132,3 +132,9 @@ def counts_pending(config: ModelConfig) -> bool:
     return config.routing.admission is Admission.PREDICTED_TTFT or (
         config.routing.placement.counts_pending and len(config.dedicated) > 1
     )
+
+
+def tie_key(user: str | None, blocks: Sequence[int]) -> str | None:
+    """Placement's tie-break without a session: the request's `user`, else its prompt's first
+    block, so a new shared system prompt lands on one replica from every gateway replica."""
+    return user or (f"prefix:{blocks[0]:016x}" if blocks else None)

@@ -155,3 +155,26 @@ def test_weights_of_zero_leave_load_alone_to_decide():
     snapshot = Snapshot(now=0, in_flight={"vllm-0": 0, "vllm-1": 5, "vllm-2": 5, "vllm-3": 5})
     ordered, whys = placer.place(ctx(session="s", prefix_hits={"vllm-1": 1.0}), snapshot, CANDIDATES)
     assert names(ordered)[0] == "vllm-0" and whys["vllm-0"] is Placed.LEAST_LOADED
+
+
+def test_a_first_seen_prompt_goes_to_one_replica_whatever_the_random_key_and_prompts_spread():
+    def first(**kw: object) -> str:
+        return names(policy().decide(ctx(**kw), Snapshot(now=0), CANDIDATES).targets)[0]
+
+    # the same prompt (its first block) from many anonymous clients: one replica, on every gateway
+    assert len({first(key=f"random-{i}", placement_key="prefix:00ab") for i in range(16)}) == 1
+    # different prompts spread over the pool
+    assert len({first(key="same", placement_key=f"prefix:{i:04x}") for i in range(32)}) == 4
+    # a session still decides before the prompt
+    assert first(session="s-1", placement_key="prefix:00ab") == first(session="s-1", placement_key="prefix:ffff")
+
+
+def test_a_full_replica_is_never_first_while_another_has_a_slot():
+    # vllm-0: every slot held, all decoding (nothing pending); vllm-1: one prompt in prefill
+    snapshot = Snapshot(
+        now=0,
+        in_flight={"vllm-0": 10, "vllm-1": 1, "vllm-2": 10, "vllm-3": 10},
+        pending_prompt_tokens={"vllm-1": 4000},
+    )
+    decision = policy().decide(ctx(prompt_tokens=1000, prefix_hits={"vllm-0": 1.0}), snapshot, CANDIDATES)
+    assert names(decision.targets)[0] == "vllm-1"  # the first target is where a request waits in line

@@ -10,7 +10,7 @@ from router.config import DedicatedEndpoint, ModelConfig, PlacementConfig, Routi
 from router.openai import peek
 from router.record.records import Attempt
 from router.request.asks import asks_of
-from router.request.placement import PrefixIndex, counts_pending, prompt_blocks, session_of
+from router.request.placement import PrefixIndex, counts_pending, prompt_blocks, session_of, tie_key
 from router.request.walk import Walk, tidegate_headers
 
 SYSTEM = "You are a careful assistant for the tide tables of the northern coast. " * 40  # ~2.9 KB
@@ -113,3 +113,11 @@ def test_a_pool_placed_by_score_counts_each_replicas_pending_prefill_and_one_rep
     assert not counts_pending(model(1))  # nothing to place: no count, no extra store work
     assert not counts_pending(model(3, mode="round_robin"))
     assert counts_pending(model(1, admission="predicted_ttft"))  # admission reads it anyway
+
+
+def test_the_tie_key_is_the_user_else_the_prompts_first_block_else_none():
+    first = blocks(body(SYSTEM, "what is high tide at Wick?"))
+    assert tie_key("alice", first) == "alice"
+    assert tie_key(None, first) == tie_key(None, blocks(body(SYSTEM, "and at Thurso?")))  # same system prompt
+    assert tie_key(None, first) != tie_key(None, blocks(body("Another system prompt. " + SYSTEM)))
+    assert tie_key(None, ()) is None  # no whole block: the random stickiness key decides
