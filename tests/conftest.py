@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,3 +105,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if rows:
         terminalreporter.section("fault matrix")
         terminalreporter.write_line(table(rows))
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A test that runs `tidegate.cli.main.main` in-process points the root logger at that
+    test's captured stderr; put the handlers back after it, so a later test's server thread
+    does not log into a closed stream ("--- Logging error ---")."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
