@@ -88,10 +88,11 @@ class UpstreamBody:
     changed, which replaces it (the attempt that sent the old one keeps its own reference). So a
     request holds one copy of its body, two while a hedge races (docs/security.md)."""
 
-    __slots__ = ("_body", "_prefix")
+    __slots__ = ("_body", "_model", "_prefix")
 
     def __init__(self, fields: dict[str, msgspec.Raw], model: str) -> None:
         name = _ENCODE.encode(model)
+        self._model = model
         self._prefix = b'{"model":' + name
         # one pass: the model first, then the client's other fields verbatim, in its order
         self._body = _ENCODE.encode({"model": msgspec.Raw(name), **fields})
@@ -101,10 +102,13 @@ class UpstreamBody:
 
     def for_model(self, model: str) -> bytes:
         """The body with `model` as its model id."""
+        if model == self._model:
+            return self._body
         prefix = b'{"model":' + _ENCODE.encode(model)
         if prefix != self._prefix:
             self._body = b"".join((prefix, memoryview(self._body)[len(self._prefix) :]))
             self._prefix = prefix
+        self._model = model
         return self._body
 
     def fields(self) -> dict[str, msgspec.Raw]:
@@ -136,15 +140,16 @@ def peek(
     stream = _value(fields, "stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
-    user = _value(fields, "user")
+    user = _value(fields, "user") if "user" in fields else None  # absent fields cost no call
     if user is not None and not isinstance(user, str):
         raise InvalidRequest("'user' must be a string", param="user")
     options = _object(fields, "stream_options")
-    limits = [_bounded(fields, name, max_output_tokens) for name in _TOKEN_LIMITS]
-    sequences = max(
-        _bounded(fields, "n", max_n, "limits.max_n") or 1,
-        _bounded(fields, "best_of", max_n, "limits.max_n") or 1,
-    )
+    limits = [_bounded(fields, name, max_output_tokens) for name in _TOKEN_LIMITS if name in fields]
+    output_limit = next((limit for limit in limits if limit is not None), None) if limits else None
+    sequences = 1
+    for name in ("n", "best_of"):
+        if name in fields:
+            sequences = max(sequences, _bounded(fields, name, max_n, "limits.max_n") or 1)
     wants_usage = options is not None and _value(options, "include_usage") is True
     if ask_usage and stream and not wants_usage:
         merged = dict(options or {})
@@ -159,8 +164,8 @@ def peek(
         wants_usage=wants_usage,
         sequences=sequences,
         prompt_tokens=max(1, len(body) // BYTES_PER_TOKEN),
-        caps_output=any(limit is not None for limit in limits),
-        output_limit=next((limit for limit in limits if limit is not None), None),
+        caps_output=output_limit is not None,
+        output_limit=output_limit,
         answer_format=_answer_format(fields),
         tools=_nonempty_array(fields.get("tools")),
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 from opentelemetry import trace
@@ -193,6 +193,8 @@ class Telemetry:
         # (model, route, kind) -> its latency series, looked up once (`labels()` per request
         # was a measurable share of a request's CPU); bounded, past that looked up each time
         self._route_series: dict[tuple[str, str, str], _RouteSeries] = {}
+        self._overheads: dict[tuple[str, ...], Any] = {}  # (model,) -> its overhead histogram
+        self._outcomes: dict[tuple[str, ...], Any] = {}  # (model, route, kind, outcome) -> its counter
 
     def watch(self, snapshot: Callable[[], Snapshot], store: StoreHealth) -> None:
         """Report the live gauges (in-flight, queue depth, store health, the dedicated pools'
@@ -210,6 +212,16 @@ class Telemetry:
             )
             if len(self._route_series) < _MAX_ROUTE_SERIES:
                 self._route_series[labels] = found
+        return found
+
+    @staticmethod
+    def _child(cache: dict[tuple[str, ...], Any], metric: Any, labels: tuple[str, ...]) -> Any:
+        """`metric.labels(*labels)`, looked up once per label set (bounded like the series)."""
+        found = cache.get(labels)
+        if found is None:
+            found = metric.labels(*labels)
+            if len(cache) < _MAX_ROUTE_SERIES:
+                cache[labels] = found
         return found
 
     def task_settled(self, route: str, result: str) -> None:
@@ -230,9 +242,9 @@ class Telemetry:
         if m.queue_ms > 0:
             series.queue.observe(m.queue_ms / 1000)
         if record.overhead_ms is not None:
-            self.overhead.labels(record.model).observe(record.overhead_ms / 1000)
+            self._child(self._overheads, self.overhead, (record.model,)).observe(record.overhead_ms / 1000)
         series.e2e.observe(record.e2e_ms / 1000)
-        self.requests.labels(*labels, record.outcome).inc()
+        self._child(self._outcomes, self.requests, (*labels, record.outcome)).inc()
         if m.code is not None:
             self.errors.labels(*labels, m.code).inc()
         if record.cost_usd:

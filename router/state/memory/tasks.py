@@ -35,9 +35,12 @@ class MemoryTasks:
             settled.owner,
         )
         now = time.monotonic()
-        marked = [self._take_early(name, owner, now) for name in {task, request}]
+        marked = self._take_early(task, owner, now)
+        if request != task:
+            marked = self._take_early(request, owner, now) or marked  # both used up
         before = self._live(self._tasks, task, now) or TaskState()
-        before = replace(before, failed=before.failed or any(marked))
+        if marked and not before.failed:
+            before = replace(before, failed=True)
         if before.route and before.started_ms > settled.started_ms:  # a later request settled first
             kept = replace(before, ok=before.ok and not before.failed)
             self._keep(self._tasks, task, kept, now + ttl_s)
