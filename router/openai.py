@@ -145,7 +145,7 @@ def peek(
         raise InvalidRequest("'user' must be a string", param="user")
     options = _object(fields, "stream_options")
     limits = [_bounded(fields, name, max_output_tokens) for name in _TOKEN_LIMITS if name in fields]
-    output_limit = next((limit for limit in limits if limit is not None), None) if limits else None
+    output_limit = next((limit for limit in limits if limit is not None), None)
     sequences = 1
     for name in ("n", "best_of"):
         if name in fields:

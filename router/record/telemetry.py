@@ -145,6 +145,7 @@ _COUNTERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 
 
 _MAX_ROUTE_SERIES = 4096  # routes whose latency series a Telemetry keeps at hand
+_MAX_CHILDREN = 4 * _MAX_ROUTE_SERIES  # label sets of the other request metrics kept at hand
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +194,8 @@ class Telemetry:
         # (model, route, kind) -> its latency series, looked up once (`labels()` per request
         # was a measurable share of a request's CPU); bounded, past that looked up each time
         self._route_series: dict[tuple[str, str, str], _RouteSeries] = {}
-        self._overheads: dict[tuple[str, ...], Any] = {}  # (model,) -> its overhead histogram
-        self._outcomes: dict[tuple[str, ...], Any] = {}  # (model, route, kind, outcome) -> its counter
+        # (metric, label values) -> its child, for every other metric a request moves; bounded
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
 
     def watch(self, snapshot: Callable[[], Snapshot], store: StoreHealth) -> None:
         """Report the live gauges (in-flight, queue depth, store health, the dedicated pools'
@@ -214,14 +215,15 @@ class Telemetry:
                 self._route_series[labels] = found
         return found
 
-    @staticmethod
-    def _child(cache: dict[tuple[str, ...], Any], metric: Any, labels: tuple[str, ...]) -> Any:
-        """`metric.labels(*labels)`, looked up once per label set (bounded like the series)."""
-        found = cache.get(labels)
+    def _child(self, metric: PromHistogram | Counter, *labels: str) -> Any:
+        """`metric.labels(*labels)`, looked up once per label set; past `_MAX_CHILDREN` sets,
+        looked up each time."""
+        key = (metric, labels)
+        found = self._children.get(key)
         if found is None:
             found = metric.labels(*labels)
-            if len(cache) < _MAX_ROUTE_SERIES:
-                cache[labels] = found
+            if len(self._children) < _MAX_CHILDREN:
+                self._children[key] = found
         return found
 
     def task_settled(self, route: str, result: str) -> None:
@@ -242,21 +244,22 @@ class Telemetry:
         if m.queue_ms > 0:
             series.queue.observe(m.queue_ms / 1000)
         if record.overhead_ms is not None:
-            self._child(self._overheads, self.overhead, (record.model,)).observe(record.overhead_ms / 1000)
+            self._child(self.overhead, record.model).observe(record.overhead_ms / 1000)
         series.e2e.observe(record.e2e_ms / 1000)
-        self._child(self._outcomes, self.requests, (*labels, record.outcome)).inc()
+        self._child(self.requests, *labels, record.outcome).inc()
         if m.code is not None:
-            self.errors.labels(*labels, m.code).inc()
+            self._child(self.errors, *labels, m.code).inc()
         if record.cost_usd:
-            self.cost.labels(*labels).inc(record.cost_usd)
+            self._child(self.cost, *labels).inc(record.cost_usd)
         if Reason(record.reason).is_spill:
-            self.spills.labels(record.model, record.reason).inc()
+            self._child(self.spills, record.model, record.reason).inc()
         retries = len(record.attempts) - 1 - (record.hedge is not None)
         if retries > 0:
-            self.retries.labels(record.model, record.outcome).inc(retries)
+            self._child(self.retries, record.model, record.outcome).inc(retries)
         if record.hedge is not None:
-            self.hedges.labels(record.model, record.hedge.winner).inc()
-            self.hedge_tokens.labels(record.model, record.hedge.loser).inc(record.hedge.duplicate_tokens_in)
+            hedge = record.hedge
+            self._child(self.hedges, record.model, hedge.winner).inc()
+            self._child(self.hedge_tokens, record.model, hedge.loser).inc(hedge.duplicate_tokens_in)
 
     # --- tracing ------------------------------------------------------------------------
 
