@@ -25,14 +25,23 @@ class DedicatedFirst:
         free = [d for d in dedicated if snapshot.in_flight.get(d.name, 0) < (d.max_concurrency or 0)]
         if not dedicated:
             return Decision(tuple(serverless), Reason.SERVERLESS_ONLY)
+        if not serverless:
+            return self._nowhere_to_spill(dedicated, free)
         if free:
             return Decision((*free, *serverless), Reason.BASELINE)
-        if not serverless:  # nothing to spill to: queue-less retry on dedicated
-            return Decision(tuple(dedicated), Reason.SATURATED)
         queue_ms = worth_waiting_ms(self._max_queue_ms, context.model, snapshot, dedicated[0], serverless[0])
         if queue_ms > 0:
             return Decision((dedicated[0], *serverless), Reason.BASELINE, queue_ms)
         return Decision(tuple(serverless), Reason.SATURATED)
+
+    def _nowhere_to_spill(self, dedicated: list[T], free: list[T]) -> Decision[T]:
+        """Every dedicated pool, the free ones (per the snapshot) first, waiting in line on the
+        first as long as the model allows: the snapshot lags the leases, so a pool it shows
+        full may free a slot a moment later, and without a spill route the alternative to
+        waiting is refusing the request."""
+        names = {f.name for f in free}
+        ordered = (*free, *(d for d in dedicated if d.name not in names))
+        return Decision(ordered, Reason.BASELINE if free else Reason.SATURATED, self._max_queue_ms)
 
 
 def expected_wait_ms(model: str, snapshot: Snapshot, pool: Target) -> float | None:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import redis
@@ -26,14 +26,18 @@ from router.config import LimitsConfig
 from tidegate.sim.app import create_sim_app
 from tidegate.sim.profile import SimProfile
 
+T = TypeVar("T")
 
-def wait_until(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01) -> None:
-    """Poll `check` until it is true; fail the test after `timeout` seconds."""
+
+def wait_until(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.01) -> T:
+    """Poll `check` until it answers something true, and return that; fail the test after
+    `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while not check():
+    while not (answer := check()):
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+    return answer
 
 
 class ThreadServer:

@@ -62,6 +62,8 @@ class Load:
         self.done: list[Done] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._streaming: dict[str, int] = {}
         self._threads = [
             threading.Thread(target=self._run, args=(gw.url, n), daemon=True)
             for gw in gateways
@@ -82,11 +84,23 @@ class Load:
                     stream=True,
                     extra_headers={"x-tidegate-session": f"{url}-{n}-{i}"},
                 )
-                chunks = list(raw.parse())
                 route = raw.headers["x-tidegate-route"]
+                with self._lock:
+                    self._streaming[route] = self._streaming.get(route, 0) + 1
+                try:
+                    chunks = list(raw.parse())
+                finally:
+                    with self._lock:
+                        self._streaming[route] -= 1
                 self.done.append(Done(started, time.monotonic(), route, bool(chunks)))
             except openai.OpenAIError as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def streaming_on(self, route: str) -> float | None:
+        """The time now if a stream on `route` has its headers and has not ended, else None: a
+        stream counted here started before the time returned and ends after it."""
+        with self._lock:
+            return time.monotonic() if self._streaming.get(route, 0) > 0 else None
 
     def routes_since(self, at: float) -> list[str]:
         return [d.route for d in list(self.done) if d.started > at]
@@ -156,8 +170,10 @@ def test_replicas_join_and_leave_under_load_with_no_request_or_lease_lost(tmp_pa
                 wait_until(lambda: "vllm-1" in load.routes_since(joined), timeout=15)
                 assert served(sims[1]) > 0
 
-                ns.set("vllm.test", HOSTS[1])  # the first pod leaves, streams in flight on it
-                left = time.monotonic()
+                # the first pod leaves while a stream is in flight on it (on a loaded machine the
+                # clients can all sit between requests at any one instant, so wait for one)
+                left = wait_until(lambda: load.streaming_on("vllm-0"), timeout=15)
+                ns.set("vllm.test", HOSTS[1])
                 wait_until(lambda: len(load.routes_since(left + 2.0)) >= 12, timeout=30)
                 after = served(sims[0])
                 assert set(load.routes_since(left + 2.0)) == {"vllm-1"}

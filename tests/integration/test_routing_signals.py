@@ -14,9 +14,9 @@ import openai
 
 from router.app import create_app
 from router.config import GatewayConfig, parse_config
-from tests.conftest import FAST, serverless_profile
+from tests.conftest import serverless_profile
 from tests.servers import Sim, ThreadServer, wait_until
-from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
+from tidegate.sim.profile import Kind, SimProfile, TtftDistribution
 
 
 def config(text: str) -> GatewayConfig:
@@ -134,9 +134,9 @@ def direct_load(sim: Sim, count: int, max_tokens: int) -> None:
 
 
 def test_fastest_moves_traffic_to_the_serverless_route_with_the_lower_p95_ttft():
-    slow = serverless_profile(
-        seed=2, ttft=SERVERLESS_PRESETS["fast"], time_scale=FAST / 400
-    )  # ~200 ms TTFT, against well under 1 ms quiet and ~30 ms on a loaded machine
+    # a 200 ms TTFT (200 modelled seconds at FAST), against well under 1 ms quiet and ~30 ms on a
+    # loaded machine for the other; its tokens stream at FAST like the other's
+    slow = serverless_profile(seed=2, ttft=TtftDistribution(200.0, 0.1))
     with Sim(slow) as sl0, Sim(serverless_profile(seed=3)) as sl1:
         cfg = config(
             "auth: {allow_anonymous: true}\nmodels:\n  m:\n"

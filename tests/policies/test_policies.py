@@ -7,7 +7,7 @@ import pytest
 from policies import registry
 from policies.base import Policy, Reason, RequestContext
 from policies.types import Snapshot
-from router.config import DedicatedEndpoint, ModelConfig, ServerlessEndpoint
+from router.config import DedicatedEndpoint, ModelConfig, PlacementConfig, RoutingConfig, ServerlessEndpoint
 
 D1 = DedicatedEndpoint(gpu_hour_usd=0, name="d1", base_url="http://d1/v1", model="x", max_concurrency=2)
 D2 = DedicatedEndpoint(gpu_hour_usd=0, name="d2", base_url="http://d2/v1", model="x", max_concurrency=1)
@@ -35,6 +35,26 @@ def test_dedicated_first(candidates, in_flight, targets, reason):
     )
     assert decision.targets == targets
     assert decision.reason is reason
+
+
+DEDICATED_ONLY = ModelConfig(routing=RoutingConfig(max_queue_ms=500, placement=PlacementConfig(mode="listed")))
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "targets", "reason"),
+    [
+        ({}, (D1, D2), Reason.BASELINE),
+        ({"d1": 2}, (D2, D1), Reason.BASELINE),  # the free pool first, the full one still tried
+        ({"d1": 2, "d2": 1}, (D1, D2), Reason.SATURATED),
+    ],
+)
+def test_with_nowhere_to_spill_a_request_waits_in_line_whatever_the_snapshot_says(in_flight, targets, reason):
+    """The snapshot lags the leases: a pool it shows full or free may be either by the time of
+    the acquire, so without a spill route the model's wait in line always applies."""
+    decision = registry.build("dedicated_first", DEDICATED_ONLY).decide(
+        CONTEXT, Snapshot(now=0.0, in_flight=in_flight), (D1, D2)
+    )
+    assert (decision.targets, decision.reason, decision.queue_ms) == (targets, reason, 500)
 
 
 def test_unknown_policy_names_the_known_ones():
