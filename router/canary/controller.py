@@ -298,15 +298,15 @@ class CanaryController:
         version, raw = await self._store.canary.canary_run(model)
         run = CanaryRun.parse(raw)
         events = [orjson.loads(e) for e in await self._store.canary.canary_history(model, history)]
+        live = await self._store.canary.live_canary(model)  # the store's: the snapshot may lag
+        configured = self._config.models[model].canary_percent
         return {
             "model": model,
             "run": asdict(run),
             "version": version,
-            "live_percent": self._snapshot().canary_percent.get(
-                model, self._config.models[model].canary_percent
-            ),
-            "configured_percent": self._config.models[model].canary_percent,
-            "live_override": model in self._snapshot().canary_percent,  # obeyed over the file's
+            "live_percent": configured if live is None else live,
+            "configured_percent": configured,
+            "live_override": live is not None,  # obeyed over the file's
             "plan": list(canary.plan()),
             "interval_s": canary.interval_s,
             "next_analysis_in_s": max(0.0, run.next_at - time.time())

@@ -130,6 +130,10 @@ class CanaryRuns(Protocol):
     async def clear_canary(self, model: str) -> None:
         """Drop a model's live canary percent: every process obeys its config file's again."""
 
+    async def live_canary(self, model: str) -> float | None:
+        """A model's live canary percent as the store holds it now (None: the file's), for an
+        answer that must not lag as the snapshot may, by up to a refresh."""
+
 
 class Rankings(Protocol):
     async def set_probe(self, model: str, ranking: bytes) -> None:

@@ -1,6 +1,7 @@
 """The canary role: a run is replaced only at the version it was read at and, for a leader,
 only while it leads; its history is newest first and bounded; the live percent reaches every
-process's snapshot and a clear hands it back to the config file."""
+process's snapshot and a clear hands it back to the config file; read from the store it is
+the newest whatever the snapshot says."""
 
 from __future__ import annotations
 
@@ -41,3 +42,14 @@ async def check_the_live_percent_reaches_every_snapshot_until_cleared(pair: Pair
     await pair.peer.canary.clear_canary("m")
     await pair.sync(pair.store)
     assert pair.store.snapshot().canary_percent == {}
+
+
+async def check_the_live_percent_read_from_the_store_never_waits_for_a_refresh(pair: Pair) -> None:
+    """What an admin answer reports: the percent stored a moment ago by any process."""
+    assert await pair.peer.canary.live_canary("m") is None
+    await pair.store.canary.set_canary("m", 40.0)
+    assert await pair.peer.canary.live_canary("m") == 40.0  # no sync in between
+    await pair.store.canary.set_canary("m", 10.0)
+    assert await pair.peer.canary.live_canary("m") == 10.0
+    await pair.peer.canary.clear_canary("m")
+    assert await pair.store.canary.live_canary("m") is None

@@ -86,6 +86,9 @@ class MemoryCanaryRuns:
     async def clear_canary(self, model: str) -> None:
         self._canary.pop(model, None)
 
+    async def live_canary(self, model: str) -> float | None:
+        return self._canary.get(model)
+
     def snapshot_fields(self) -> dict[str, Any]:
         return {"canary_percent": dict(self._canary)}
 

@@ -106,6 +106,10 @@ class RedisCanaryRuns(RedisRole):
         percents = {m: p for m, p in self._link.snapshot.canary_percent.items() if m != model}
         self._link.publish(canary_percent=percents)
 
+    async def live_canary(self, model: str) -> float | None:
+        found = await self._ask("the canary could not be read", "HGET", self._keys.canary_percent, model)
+        return None if found is None else float(found)
+
 
 class RedisRankings(RedisRole):
     """Applied probe rankings and parity verdicts (roles.Rankings); the snapshot's endpoint
