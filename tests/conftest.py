@@ -17,8 +17,14 @@ from tidegate.sim.profile import SERVERLESS_PRESETS, Kind, SimProfile
 FAST = 1000.0  # time scale for the simulators: modelled seconds run as milliseconds
 
 
-def gateway_config(dedicated: Sim | None, serverless: list[Sim], **model: Any) -> GatewayConfig:
-    """A one-model config (`m`) in front of the given simulators, as YAML like a user's."""
+TIMEOUTS = "{ttft_s: 2, idle_s: 2, connect_s: 1}"
+
+
+def gateway_config(
+    dedicated: Sim | None, serverless: list[Sim], timeouts: str = TIMEOUTS, **model: Any
+) -> GatewayConfig:
+    """A one-model config (`m`) in front of the given simulators, as YAML like a user's; every
+    endpoint with `timeouts` (short by default, so a test of a stall ends quickly)."""
     lines = ["auth: {allow_anonymous: true}", "models:", "  m:"]
     for key, value in model.items():
         lines.append(f"    {key}: {value}")
@@ -30,7 +36,7 @@ def gateway_config(dedicated: Sim | None, serverless: list[Sim], **model: Any) -
             "        model: upstream-ded",
             f"        max_concurrency: {dedicated.app.state.sim.profile.max_concurrency}",
             "        gpu_hour_usd: 0",
-            "        timeouts: {ttft_s: 2, idle_s: 2, connect_s: 1}",
+            f"        timeouts: {timeouts}",
         ]
     if serverless:
         lines.append("    serverless:")
@@ -41,7 +47,7 @@ def gateway_config(dedicated: Sim | None, serverless: list[Sim], **model: Any) -
                 f"        model: upstream-sl{i}",
                 "        usd_per_mtok_in: 0",
                 "        usd_per_mtok_out: 0",
-                "        timeouts: {ttft_s: 2, idle_s: 2, connect_s: 1}",
+                f"        timeouts: {timeouts}",
             ]
     return parse_config("\n".join(lines) + "\n", {})
 

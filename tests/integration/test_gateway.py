@@ -82,7 +82,9 @@ def test_spills_to_serverless_when_dedicated_is_saturated():
     with (
         Sim(slow) as ded,
         Sim(serverless_profile()) as sl,
-        ThreadServer(create_app(gateway_config(ded, [sl]))) as gw,
+        # timeouts a loaded machine cannot reach: a dedicated attempt that timed out would fail
+        # over to serverless and leave the pool under-used, which is not what this test is about
+        ThreadServer(create_app(gateway_config(ded, [sl], timeouts="{ttft_s: 30, idle_s: 30}"))) as gw,
     ):
         routes: list[tuple[str, str]] = []
         lock = threading.Lock()
@@ -101,8 +103,8 @@ def test_spills_to_serverless_when_dedicated_is_saturated():
             t.join(timeout=30)
         assert len(routes) == 8
         assert ded.stats()["max_in_flight"] <= 2
-        assert routes.count(("ded", "baseline")) == ded.stats()["completed"] >= 2
-        assert routes.count(("sl0", "saturated")) == sl.stats()["completed"] >= 1
+        assert routes.count(("ded", "baseline")) == ded.stats()["completed"] >= 2, routes
+        assert routes.count(("sl0", "saturated")) == sl.stats()["completed"] >= 1, routes
         assert len(routes) == ded.stats()["completed"] + sl.stats()["completed"]
 
 
