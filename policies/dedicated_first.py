@@ -39,6 +39,8 @@ class DedicatedFirst:
         first as long as the model allows: the snapshot lags the leases, so a pool it shows
         full may free a slot a moment later, and without a spill route the alternative to
         waiting is refusing the request."""
+        if len(free) == len(dedicated):  # the usual case, in order already
+            return Decision(tuple(dedicated), Reason.BASELINE, self._max_queue_ms)
         names = {f.name for f in free}
         ordered = (*free, *(d for d in dedicated if d.name not in names))
         return Decision(ordered, Reason.BASELINE if free else Reason.SATURATED, self._max_queue_ms)

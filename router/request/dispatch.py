@@ -93,6 +93,7 @@ class Dispatcher:
         self._books = books
         self._policies = policies
         self._placement = placement or PlacementInputs(config.models)
+        self._counts_pending = {name: counts_pending(model) for name, model in config.models.items()}
         self._attempt = Attempter(
             config, leases, upstream, books=books, signals=signals, breakers=breakers, telemetry=telemetry
         )
@@ -168,7 +169,7 @@ class Dispatcher:
         asks = asks_of(headers)
         session = asks.session
         key = _stickiness(request, session)
-        counted = counts_pending(config)
+        counted = self._counts_pending[request.model]
         remaining_s = limits.request_timeout_s - ms_since(received_at) / 1000.0
         batch_wait = batch_wait_s(config, client.key, asks, remaining_s)
         exempt = batch_wait is not None and config.routing.batch.canary == "dedicated"

@@ -12,8 +12,12 @@ from router.state.rankings import diverging, probe_order
 
 
 class MemoryCircuits:
+    """The snapshot's fields here and below are replaced on a write, never changed in place, so
+    a snapshot (one a request) shares them rather than copying them."""
+
     def __init__(self) -> None:
         self._circuits: dict[str, tuple[float, int]] = {}  # route -> (cooldown end, trips)
+        self._open: dict[str, float] = {}  # route -> cooldown end, as the snapshot shows it
 
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         now = time.monotonic()
@@ -21,13 +25,15 @@ class MemoryCircuits:
         trips += 1
         until = max(until, now + min(max_cooldown_s, cooldown_s * 2.0 ** (trips - 1)))
         self._circuits[route] = (until, trips)
+        self._open = {**self._open, route: until}
         return until - now
 
     async def reset_circuit(self, route: str) -> None:
         self._circuits.pop(route, None)
+        self._open = {r: until for r, until in self._open.items() if r != route}
 
     def snapshot_fields(self) -> dict[str, Any]:
-        return {"circuit_open": {route: until for route, (until, _) in self._circuits.items()}}
+        return {"circuit_open": self._open}
 
 
 class MemoryLeadership:
@@ -81,16 +87,16 @@ class MemoryCanaryRuns:
         return current + 1
 
     async def set_canary(self, model: str, percent: float) -> None:
-        self._canary[model] = percent
+        self._canary = {**self._canary, model: percent}
 
     async def clear_canary(self, model: str) -> None:
-        self._canary.pop(model, None)
+        self._canary = {m: p for m, p in self._canary.items() if m != model}
 
     async def live_canary(self, model: str) -> float | None:
         return self._canary.get(model)
 
     def snapshot_fields(self) -> dict[str, Any]:
-        return {"canary_percent": dict(self._canary)}
+        return {"canary_percent": self._canary}
 
 
 class MemoryRankings:
@@ -102,20 +108,20 @@ class MemoryRankings:
 
     async def set_probe(self, model: str, ranking: bytes) -> None:
         self._probes[model] = ranking
-        self._orders[model] = probe_order(ranking)
+        self._orders = {**self._orders, model: probe_order(ranking)}
 
     async def probe(self, model: str) -> bytes | None:
         return self._probes.get(model)
 
     async def set_parity(self, model: str, verdicts: bytes) -> None:
         self._parity[model] = verdicts
-        self._diverging[model] = diverging(verdicts)
+        self._diverging = {**self._diverging, model: diverging(verdicts)}
 
     async def parity(self, model: str) -> bytes | None:
         return self._parity.get(model)
 
     def snapshot_fields(self) -> dict[str, Any]:
-        return {"probe_order": dict(self._orders), "parity_diverges": dict(self._diverging)}
+        return {"probe_order": self._orders, "parity_diverges": self._diverging}
 
 
 class MemorySpend:
