@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import redis.asyncio
 
 from router.state.redis.store import RedisStore
 from router.state.roles import StateStore
@@ -33,3 +34,21 @@ async def test_the_redis_store_keeps_the_contract(check: Check, client: str, red
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_an_unreadable_live_percent_reads_as_the_files_in_the_status_as_in_routing(redis_url: str) -> None:
+    """A value in Redis that is no number (written by hand, or by another program): the refresh
+    skips it, so routing obeys the config file's percent, and the status must say the same."""
+    prefix = f"contract-{uuid.uuid4().hex[:8]}"
+    store = RedisStore(redis_url, POOLS, routes=ROUTES, prefix=prefix)
+    await store.start()
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await client.hset(f"{prefix}:canary", mapping={"m": "lots", "n": "25"})
+        await store.refresh()
+        assert store.snapshot().canary_percent == {"n": 25.0}
+        assert await store.canary.live_canary("m") is None
+        assert await store.canary.live_canary("n") == 25.0
+    finally:
+        await client.aclose()
+        await store.close()

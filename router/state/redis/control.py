@@ -108,7 +108,10 @@ class RedisCanaryRuns(RedisRole):
 
     async def live_canary(self, model: str) -> float | None:
         found = await self._ask("the canary could not be read", "HGET", self._keys.canary_percent, model)
-        return None if found is None else float(found)
+        try:
+            return None if found is None else float(found)
+        except ValueError:  # the refresh skips it too, so the file's percent is what is obeyed
+            return None
 
 
 class RedisRankings(RedisRole):
