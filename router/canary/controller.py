@@ -194,8 +194,7 @@ class CanaryController:
         """Persist `run` (fenced, versioned) with its event; then set the live percent."""
         previous = None
         if before is not None:  # a run that never started had the configured (or set) percent
-            live = self._snapshot().canary_percent.get(model, self._config.models[model].canary_percent)
-            previous = before.percent if before.started_at is not None else live
+            previous = before.percent if before.started_at is not None else await self._live_percent(model)
         event = {
             "at": time.time(),
             "model": model,
@@ -293,12 +292,18 @@ class CanaryController:
             if await self._write(model, version, after, "manual_set", None, leader=False, before=before) > 0:
                 return
 
+    async def _live_percent(self, model: str) -> float:
+        """The percent obeyed now, as the store holds it (the snapshot may lag a write by up to a
+        refresh): the live override, else the config file's."""
+        live = await self._store.canary.live_canary(model)
+        return self._config.models[model].canary_percent if live is None else live
+
     async def status(self, model: str, history: int = 20) -> dict[str, Any]:
         canary = self.controlled(model)
         version, raw = await self._store.canary.canary_run(model)
         run = CanaryRun.parse(raw)
         events = [orjson.loads(e) for e in await self._store.canary.canary_history(model, history)]
-        live = await self._store.canary.live_canary(model)  # the store's: the snapshot may lag
+        live = await self._store.canary.live_canary(model)
         configured = self._config.models[model].canary_percent
         return {
             "model": model,

@@ -16,20 +16,19 @@ class MemoryCircuits:
     a snapshot (one a request) shares them rather than copying them."""
 
     def __init__(self) -> None:
-        self._circuits: dict[str, tuple[float, int]] = {}  # route -> (cooldown end, trips)
-        self._open: dict[str, float] = {}  # route -> cooldown end, as the snapshot shows it
+        self._open: dict[str, float] = {}  # route -> cooldown end
+        self._trips: dict[str, int] = {}  # route -> trips since it last closed
 
     async def trip(self, route: str, cooldown_s: float, max_cooldown_s: float) -> float:
         now = time.monotonic()
-        until, trips = self._circuits.get(route, (now, 0))
-        trips += 1
-        until = max(until, now + min(max_cooldown_s, cooldown_s * 2.0 ** (trips - 1)))
-        self._circuits[route] = (until, trips)
+        trips = self._trips.get(route, 0) + 1
+        until = max(self._open.get(route, now), now + min(max_cooldown_s, cooldown_s * 2.0 ** (trips - 1)))
+        self._trips[route] = trips
         self._open = {**self._open, route: until}
         return until - now
 
     async def reset_circuit(self, route: str) -> None:
-        self._circuits.pop(route, None)
+        self._trips.pop(route, None)
         self._open = {r: until for r, until in self._open.items() if r != route}
 
     def snapshot_fields(self) -> dict[str, Any]:

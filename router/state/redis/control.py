@@ -108,10 +108,8 @@ class RedisCanaryRuns(RedisRole):
 
     async def live_canary(self, model: str) -> float | None:
         found = await self._ask("the canary could not be read", "HGET", self._keys.canary_percent, model)
-        try:
-            return None if found is None else float(found)
-        except ValueError:  # the refresh skips it too, so the file's percent is what is obeyed
-            return None
+        # an unreadable value is skipped as the refresh skips it: the file's percent is obeyed
+        return None if found is None else self._link.readings.value(f"canary percent {model!r}", found, float)
 
 
 class RedisRankings(RedisRole):
