@@ -88,14 +88,16 @@ class Sim(ThreadServer):
         httpx.put(self.url + "/sim/config", json=changes).raise_for_status()
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     """`tidegate ARGS...` to completion (bounded), its output captured; `env` adds variables."""
     return subprocess.run(
         [sys.executable, "-m", "tidegate", *args],
         check=False,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout_s,
         env={**os.environ, **(env or {})},
     )
 

@@ -15,6 +15,10 @@ from tidegate.sim.profile import SERVERLESS_PRESETS, Faults, Kind, SimProfile, T
 
 SCALE = 5.0  # the steady simulator runs 5x faster: the preset's seconds become 1/5 s
 COLD_SCALE = 20.0  # the cold one 20x: its 20-180 s loads become 1-9 s
+# the steady provider judged "solid" runs only 2x faster: its TTFT (~195 ms, CV ~20%) is then long
+# enough that a loaded machine's scheduling stalls on a few requests (CI once saw CV over 40% at
+# 5x, a ~78 ms TTFT) cannot double its spread
+STEADY_SCALE = 2.0
 # deepseek-b with its cold loads twice as long: its CV is over 300% by a margin that a loaded
 # machine's milliseconds on every request (which raise the mean, not the spread) cannot close
 COLD = replace(SERVERLESS_PRESETS["deepseek-b"], cold_range_s=(20.0, 180.0))
@@ -55,7 +59,7 @@ def write_config(path: Path, sims: dict[str, Sim], *, fastest: bool = False, adm
     return path
 
 
-def probe(config: Path, out: Path, *extra: str):
+def probe(config: Path, out: Path, *extra: str, timeout_s: float = 60.0):
     return run_cli(
         "probe",
         "--config",
@@ -68,34 +72,42 @@ def probe(config: Path, out: Path, *extra: str):
         "--out",
         str(out),
         *extra,
+        timeout_s=timeout_s,
     )
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(200)
 def test_a_steady_provider_is_solid_and_a_cold_starting_one_is_not_production_ready(tmp_path):
     with (
-        Sim(serverless("steady", "deepseek-a", seed=1)) as steady,
+        Sim(serverless("steady", "deepseek-a", seed=1, scale=STEADY_SCALE)) as steady,
         Sim(serverless("cold", COLD, seed=5, scale=COLD_SCALE)) as cold,
     ):
         config = write_config(tmp_path / "p.yaml", {"steady": steady, "cold": cold})
-        done = probe(config, tmp_path / "out")
+        done = probe(config, tmp_path / "out", timeout_s=150)  # ~50 s quiet, 78 requests each
         stats = {"steady": steady.stats(), "cold": cold.stats()}
     assert done.returncode == 0, done.stdout + done.stderr
     found = orjson.loads((tmp_path / "out" / "probe.json").read_bytes())
     by_name = {s["endpoint"]: s for s in found["endpoints"]}
     steady_summary, cold_summary = by_name["steady"], by_name["cold"]
+    lines = [orjson.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_bytes().splitlines()]
     assert steady_summary["n"] == 75 and steady_summary["errors"] == 0
-    assert steady_summary["verdict"] == "solid"
+    slowest = sorted(line["ttft_ms"] or 0 for line in lines if line["endpoint"] == "steady")[-5:]
+    assert steady_summary["verdict"] == "solid", (steady_summary, slowest)
     assert cold_summary["cv_percent"] > 300 and cold_summary["verdict"] == "not production-ready"
-    # the preset's p50 0.39 s and p95 0.57 s, at 1/5 s per modelled second, within 15%
-    # (the probe's TTFT also holds the first output token and a loopback round trip)
-    assert steady_summary["ttft_ms"]["median"] == pytest.approx(390 / SCALE, rel=0.15, abs=3)
-    assert steady_summary["ttft_ms"]["p95"] == pytest.approx(570 / SCALE, rel=0.15, abs=3)
+    # the preset's p50 0.39 s and p95 0.57 s at 1/2 s per modelled second: 75 draws pin them to
+    # a few percent, and the probe's TTFT adds a loopback round trip and, on a loaded machine,
+    # its scheduling delays (up to +20% seen beside two busy loops), never less
+    ttft = steady_summary["ttft_ms"]
+    assert 0.9 * 390 / STEADY_SCALE <= ttft["median"] <= 1.3 * 390 / STEADY_SCALE, ttft
+    assert 0.9 * 570 / STEADY_SCALE <= ttft["p95"] <= 1.3 * 570 / STEADY_SCALE, ttft
+    # and it is the first token's time, not the whole answer's: the other three tokens come
+    # 10 ms apart (0.02 modelled seconds at 2x) after it
+    tails = sorted(r["e2e_ms"] - r["ttft_ms"] for r in lines if r["endpoint"] == "steady" and not r["warmup"])
+    assert tails[len(tails) // 2] >= 20, tails
     assert all(s["max_in_flight"] == 1 for s in stats.values())  # one request at a time
     assert found["ranking"][0]["endpoint"] == "steady"
     assert "untrustworthy" in (found["ranking"][1]["caution"] or "")
     assert "TTFT consistency" in done.stdout and "not production-ready" in done.stdout
-    lines = [orjson.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_bytes().splitlines()]
     assert len(lines) == 2 * 78
     assert found["warmup_requests"] == {"steady": [0, 1, 2], "cold": [0, 1, 2]}
     assert [line["index"] for line in lines if line["warmup"]] == [0, 1, 2, 0, 1, 2]
