@@ -81,6 +81,9 @@ class Caller:
     key: KeyConfig | None = None
 
 
+_ANONYMOUS_CALLER = Caller(ANONYMOUS)
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     key: KeyConfig
@@ -121,10 +124,12 @@ class ApiKeys:
 
     def check(self, request: Request) -> Caller:
         """The caller; Unauthorized without a valid, unexpired key (when keys are configured)."""
+        if self._open and not self._made:  # no key that could name a caller: the header is moot
+            return _ANONYMOUS_CALLER
         token = bearer_token(request)
         if token is None:
             if self._open:
-                return Caller(ANONYMOUS)
+                return _ANONYMOUS_CALLER
             raise Unauthorized("You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'.")
         given = _digest(token)
         found = matching(given, self._plain_digests)
@@ -133,7 +138,7 @@ class ApiKeys:
         entry = self._named(given)
         if entry is None:  # an open gateway lets anyone in; a key made at run time still names its caller
             if self._open:
-                return Caller(ANONYMOUS)
+                return _ANONYMOUS_CALLER
             raise Unauthorized("Incorrect API key provided.")
         expires = entry.key.expires_at
         if expires is not None and expires.timestamp() <= time.time():

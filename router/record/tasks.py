@@ -175,10 +175,7 @@ class TaskLedger:
 
     async def _settle(self, batch: list[Settlement]) -> None:
         """One batch at once: a Redis store sends them in one pipeline."""
-        states = await asyncio.gather(
-            *(self._store.settle_task(s, self._ttl_s) for s in batch),
-            return_exceptions=True,
-        )
+        states = await self._states(batch)
         for item, state in zip(batch, states, strict=True):
             if isinstance(state, TaskState):
                 if state.superseded:  # a later request of the task settled first: it stays there
@@ -192,6 +189,19 @@ class TaskLedger:
                     raise state
                 self._warn(state)
                 self._count_alone(item.route, item.ok)
+
+    async def _states(self, batch: list[Settlement]) -> list[TaskState | BaseException]:
+        """Each settlement's state, or the exception it raised. A batch of one (the usual one
+        below a few hundred requests a second) is awaited as it is: a task and a gathering
+        future for it cost more than its settling in the memory store."""
+        if len(batch) == 1:
+            try:
+                return [await self._store.settle_task(batch[0], self._ttl_s)]
+            except Exception as exc:
+                return [exc]
+        return await asyncio.gather(
+            *(self._store.settle_task(s, self._ttl_s) for s in batch), return_exceptions=True
+        )
 
     def _warn(self, error: Exception) -> None:
         """One line per _WARN_EVERY_S while the store fails, not one per request."""

@@ -86,7 +86,7 @@ def _names_a_credential(name: bytes) -> bool:
     return _CREDENTIAL.search(name) is not None
 
 
-_KEEP_RESPONSE_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
+_KEEP_RESPONSE_HEADERS = frozenset({"content-type", "x-request-id", "openai-processing-ms"})
 _MAX_ERROR_BODY = 64 * 1024
 _POOL_CONNECTIONS = 1024
 # Every exception a transport may raise for a broken exchange: httpx's own tree, aiohttp's
@@ -258,8 +258,14 @@ class Upstream:
 
 
 def response_headers(response: httpx.Response) -> dict[str, str]:
-    """The upstream headers worth relaying to the client (never its cookies or server info)."""
-    return {k: response.headers[k] for k in _KEEP_RESPONSE_HEADERS if k in response.headers}
+    """The upstream headers worth relaying to the client (never its cookies or server info);
+    a repeated one joined with commas, as `httpx.Headers` reads it. One pass over the headers:
+    a lookup by name scans them all, twice per name kept."""
+    kept: dict[str, str] = {}
+    for name, value in response.headers.multi_items():
+        if name in _KEEP_RESPONSE_HEADERS:
+            kept[name] = f"{kept[name]}, {value}" if name in kept else value
+    return kept
 
 
 def translate(exc: BaseException, endpoint: Endpoint) -> UpstreamFailure:

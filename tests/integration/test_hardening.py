@@ -24,7 +24,7 @@ from router.errors import UpstreamBadResponse, UpstreamUnreachable
 from router.http.proxy import RelayResponse
 from router.request.relay import SseRelay, StreamResult
 from router.request.reply import Reply
-from router.request.upstream import Upstream, aiohttp_transport, upstream_headers
+from router.request.upstream import Upstream, aiohttp_transport, response_headers, upstream_headers
 from tests.conftest import dedicated_profile, serverless_profile
 from tests.servers import (
     BROKEN_UPSTREAMS,
@@ -340,6 +340,22 @@ def test_upstream_headers_drop_what_the_client_may_not_decide(client, forwarded)
     assert values[b"authorization"] == b"Bearer prov-key"
     assert (values[b"openai-organization"], values[b"openai-project"]) == (b"org-ours", b"proj-ours")
     assert names.count(b"x-forwarded-for") == 1
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        [("Content-Type", "application/json"), ("Server", "nginx"), ("Set-Cookie", "s=1")],
+        [("x-request-id", "a"), ("X-Request-Id", "b"), ("openai-processing-ms", "12")],
+        [("Set-Cookie", "s=1"), ("Via", "1.1 p"), ("X-Powered-By", "x")],
+        [],
+    ],
+)
+def test_an_upstreams_answer_relays_only_the_kept_headers_each_as_httpx_reads_it(sent):
+    answer = httpx.Response(200, headers=sent)
+    kept = ("content-type", "x-request-id", "openai-processing-ms")
+    assert response_headers(answer) == {k: answer.headers[k] for k in kept if k in answer.headers}
+    assert not {"server", "set-cookie", "via", "x-powered-by"} & set(response_headers(answer))
 
 
 @contextlib.contextmanager

@@ -403,15 +403,18 @@ async def test_redis_refuses_to_start_unreachable_unless_told_to_start_degraded(
         await degraded.close()
 
 
-async def test_tasks_still_count_while_redis_is_away_and_say_so_once(caplog):
+@pytest.mark.parametrize("one_at_a_time", [False, True], ids=["in-a-batch", "one-at-a-time"])
+async def test_tasks_still_count_while_redis_is_away_and_say_so_once(caplog, one_at_a_time):
     from router.record.tasks import TaskLedger  # noqa: PLC0415
 
     store = RedisStore("redis://127.0.0.1:1/0", ["p"], routes=["m/a"])  # nothing listens there
     ledger = TaskLedger(store.tasks, store.series, ttl_s=60)
     ledger.start()
     try:
-        for i in range(20):
+        for i in range(20):  # all queued before the runner wakes, or each settled alone
             ledger.settle_later(f"t{i}", f"r{i}", "m/a", ok=i % 2 == 0, owner="key-a")
+            if one_at_a_time:
+                await asyncio.wait_for(ledger.drained(), 30)
         await asyncio.wait_for(ledger.drained(), 30)
         counted = store.series._counts.window("m/a", time.time(), 60)
     finally:
