@@ -91,7 +91,8 @@ def test_a_steady_provider_is_solid_and_a_cold_starting_one_is_not_production_re
     steady_summary, cold_summary = by_name["steady"], by_name["cold"]
     lines = [orjson.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_bytes().splitlines()]
     assert steady_summary["n"] == 75 and steady_summary["errors"] == 0
-    slowest = sorted(line["ttft_ms"] or 0 for line in lines if line["endpoint"] == "steady")[-5:]
+    measured = [line for line in lines if line["endpoint"] == "steady" and not line["warmup"]]
+    slowest = sorted(line["ttft_ms"] or 0 for line in measured)[-5:]  # of those the CV is over
     assert steady_summary["verdict"] == "solid", (steady_summary, slowest)
     assert cold_summary["cv_percent"] > 300 and cold_summary["verdict"] == "not production-ready"
     # the preset's p50 0.39 s and p95 0.57 s at 1/2 s per modelled second: 75 draws pin them to
@@ -102,7 +103,7 @@ def test_a_steady_provider_is_solid_and_a_cold_starting_one_is_not_production_re
     assert 0.9 * 570 / STEADY_SCALE <= ttft["p95"] <= 1.3 * 570 / STEADY_SCALE, ttft
     # and it is the first token's time, not the whole answer's: the other three tokens come
     # 10 ms apart (0.02 modelled seconds at 2x) after it
-    tails = sorted(r["e2e_ms"] - r["ttft_ms"] for r in lines if r["endpoint"] == "steady" and not r["warmup"])
+    tails = sorted(r["e2e_ms"] - r["ttft_ms"] for r in measured)
     assert tails[len(tails) // 2] >= 20, tails
     assert all(s["max_in_flight"] == 1 for s in stats.values())  # one request at a time
     assert found["ranking"][0]["endpoint"] == "steady"
